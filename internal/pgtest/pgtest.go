@@ -1,0 +1,370 @@
+// Package pgtest starts throwaway PostgreSQL 15 servers for tests: initdb in a
+// fresh folder owned by the postgres OS user, a free port on 127.0.0.1, and a
+// cleanup that stops exactly the process it started, even when the test fails.
+//
+// It is for tests and benchmarks only; strata's own Postgres lifecycle lives
+// in core/compute.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BinDir is where Debian installs the PostgreSQL 15 binaries.
+const BinDir = "/usr/lib/postgresql/15/bin"
+
+// OSUser is the unprivileged OS user Postgres runs as.
+const OSUser = "postgres"
+
+// Bin returns the path of a PostgreSQL program, such as "pg_waldump".
+func Bin(name string) string { return filepath.Join(BinDir, name) }
+
+// Available reports whether PostgreSQL 15 and its OS user are present.
+func Available() error {
+	if _, err := os.Stat(Bin("postgres")); err != nil {
+		return fmt.Errorf("pgtest: PostgreSQL 15 not installed: %w", err)
+	}
+	if _, err := user.Lookup(OSUser); err != nil {
+		return fmt.Errorf("pgtest: OS user %q missing: %w", OSUser, err)
+	}
+	return nil
+}
+
+// Credential returns the process credential of the postgres OS user, for
+// exec.Cmd.SysProcAttr, or nil when the caller is not root (then programs run
+// as the caller).
+func Credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(OSUser)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// Command returns an exec.Cmd for a PostgreSQL program that runs as the
+// postgres OS user when the caller is root.
+func Command(name string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(Bin(name), args...)
+	cred, err := Credential()
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8", "TZ=UTC")
+	return cmd, nil
+}
+
+// MkdirOwned creates a fresh temporary folder owned by the postgres OS user
+// and returns its path. The test removes it at cleanup.
+func MkdirOwned(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := Chown(dir); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return dir
+}
+
+// Chown gives path to the postgres OS user (a no-op when not root).
+func Chown(path string) error {
+	cred, err := Credential()
+	if err != nil || cred == nil {
+		return err
+	}
+	return os.Chown(path, int(cred.Uid), int(cred.Gid))
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Options shape the server that Start creates.
+type Options struct {
+	// Conf holds postgresql.conf settings, added after strata's test defaults.
+	Conf map[string]string
+	// HBA replaces the default pg_hba.conf lines (trust on 127.0.0.1 for
+	// everything, replication included).
+	HBA []string
+	// InitDBArgs are extra initdb arguments.
+	InitDBArgs []string
+	// Password, when set, is given to the bootstrap superuser "postgres"
+	// (initdb --pwfile).
+	Password string
+}
+
+// Server is a running test PostgreSQL.
+type Server struct {
+	t       testing.TB
+	DataDir string
+	SockDir string
+	Port    int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	log *os.File
+}
+
+// Start runs initdb and starts a server; it stops the server and removes its
+// folders at test cleanup.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("%v", err)
+	}
+	root := MkdirOwned(t, "strata-pg-")
+	s := &Server{t: t, DataDir: filepath.Join(root, "data"), SockDir: root, Port: FreePort(t)}
+	args := []string{"-D", s.DataDir, "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust"}
+	if opts.Password != "" {
+		pw := filepath.Join(root, "pwfile")
+		if err := os.WriteFile(pw, []byte(opts.Password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := Chown(pw); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--pwfile", pw)
+	}
+	args = append(args, opts.InitDBArgs...)
+	cmd, err := Command("initdb", args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	conf := map[string]string{
+		"listen_addresses":        "'127.0.0.1'",
+		"port":                    strconv.Itoa(s.Port),
+		"unix_socket_directories": "'" + s.SockDir + "'",
+		"fsync":                   "on",
+		"max_wal_senders":         "10",
+		"max_replication_slots":   "10",
+		"wal_level":               "replica",
+		"logging_collector":       "off",
+		"log_min_messages":        "warning",
+		"shared_buffers":          "128MB",
+	}
+	for k, v := range opts.Conf {
+		conf[k] = v
+	}
+	keys := make([]string, 0, len(conf))
+	for k := range conf {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = %s\n", k, conf[k])
+	}
+	appendFile(t, filepath.Join(s.DataDir, "postgresql.conf"), b.String())
+	hba := opts.HBA
+	if hba == nil {
+		hba = []string{
+			"local all all trust",
+			"host all all 127.0.0.1/32 trust",
+			"host replication all 127.0.0.1/32 trust",
+			"local replication all trust",
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.DataDir, "pg_hba.conf"), []byte(strings.Join(hba, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Chown(filepath.Join(s.DataDir, "pg_hba.conf")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	s.Launch()
+	return s
+}
+
+func appendFile(t testing.TB, path, text string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Launch starts the postmaster on the existing data folder and waits until
+// it accepts connections (crash recovery included, up to two minutes).
+func (s *Server) Launch() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.t.Fatalf("pgtest: server already running")
+	}
+	cmd, err := Command("postgres", "-D", s.DataDir)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	logf, err := os.OpenFile(filepath.Join(s.SockDir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		s.t.Fatalf("pgtest: start postgres: %v", err)
+	}
+	s.cmd, s.log = cmd, logf
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		c, err := pgx.Connect(ctx, s.ConnString("postgres"))
+		if err == nil {
+			c.Close(ctx)
+			return
+		}
+		if ctx.Err() != nil {
+			s.t.Fatalf("pgtest: postgres did not accept connections: %v\n%s", err, s.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ConnString returns a URL for database db as the postgres superuser.
+func (s *Server) ConnString(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.Port, db)
+}
+
+// PID returns the postmaster's process ID, or 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Stop shuts the server down fast (SIGINT) and waits for it; it is safe to
+// call twice.
+func (s *Server) Stop() { s.signal(syscall.SIGINT) }
+
+// Kill9 kills the postmaster with SIGKILL, as a crash would; its backends
+// notice and exit on their own.
+func (s *Server) Kill9() { s.signal(syscall.SIGKILL) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+	if sig == syscall.SIGKILL {
+		waitOrphans(s.DataDir)
+	}
+	s.log.Close()
+	s.cmd, s.log = nil, nil
+}
+
+// waitOrphans waits (briefly) for the backends of a killed postmaster to go,
+// which they do once they notice their parent died; postmaster.pid stays, and
+// the next start checks that no process still holds the shared memory.
+func waitOrphans(string) {
+	time.Sleep(200 * time.Millisecond)
+}
+
+// LogTail returns the last few KiB of the server log.
+func (s *Server) LogTail() string {
+	b, err := os.ReadFile(filepath.Join(s.SockDir, "postgres.log"))
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+// Exec runs SQL statements on database db and fails the test on error.
+func (s *Server) Exec(db string, sql string, args ...any) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.ConnString(db))
+	if err != nil {
+		s.t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, sql, args...); err != nil {
+		s.t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+// QueryString runs a query that returns one text value.
+func (s *Server) QueryString(db, sql string, args ...any) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.ConnString(db))
+	if err != nil {
+		s.t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer c.Close(ctx)
+	var v string
+	if err := c.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		s.t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+	return v
+}
+
+// Pgbench runs pgbench against the server with the given arguments and
+// returns its combined output.
+func (s *Server) Pgbench(args ...string) (string, error) {
+	cmd, err := Command("pgbench", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "postgres"}, args...)...)
+	if err != nil {
+		return "", err
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("pgtest: pgbench %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), nil
+}
