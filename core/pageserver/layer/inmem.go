@@ -1,0 +1,317 @@
+package layer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// InMem is the in-memory layer: every version put into it is appended to a
+// log file (so that it survives a restart once Sync returns) and indexed in
+// memory by key. When it is large or old enough the timeline freezes it and
+// writes it out as delta layer files (WriteDeltas), then Removes it.
+//
+// Log record: len[4] crc32c[4] then key[18] lsn[8] seq[8] kind[1] data
+// (len counts the bytes after the crc). A torn or corrupt tail is cut off
+// at the first bad record on Open.
+//
+// Concurrency: all methods are safe for concurrent use.
+type InMem struct {
+	path string
+
+	mu      sync.RWMutex
+	f       *os.File
+	w       *bufio.Writer
+	keys    map[keyspace.Key][]Version // each sorted by (LSN, Seq)
+	bytes   int64
+	lsnMin  pg.LSN
+	lsnMax  pg.LSN
+	maxSeq  uint64
+	created time.Time
+	frozen  bool
+}
+
+const logHeader = 8
+const logFixed = keyspace.KeySize + 8 + 8 + 1
+
+// OpenInMem opens (or creates) the in-memory layer backed by the log at
+// path, replaying what the log holds.
+func OpenInMem(path string, now time.Time) (*InMem, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	m := &InMem{path: path, f: f, keys: make(map[keyspace.Key][]Version), created: now, lsnMin: ^pg.LSN(0)}
+	good, err := m.replay()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Truncate(good); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(good, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	m.w = bufio.NewWriterSize(f, 256<<10)
+	return m, nil
+}
+
+func (m *InMem) replay() (int64, error) {
+	r := bufio.NewReaderSize(m.f, 256<<10)
+	var off int64
+	var hdr [logHeader]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return off, nil // clean end or torn header
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n < logFixed || n > 64<<20 {
+			return off, nil
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return off, nil
+		}
+		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
+			return off, nil
+		}
+		var v Version
+		copy(v.Key[:], body)
+		p := keyspace.KeySize
+		v.LSN = pg.LSN(binary.BigEndian.Uint64(body[p:]))
+		v.Seq = binary.BigEndian.Uint64(body[p+8:])
+		v.Kind = Kind(body[p+16])
+		v.Data = body[logFixed:]
+		m.insert(v)
+		off += logHeader + int64(n)
+	}
+}
+
+// Path returns the log file's path.
+func (m *InMem) Path() string { return m.path }
+
+// Put appends v to the log (buffered: durable after Sync) and indexes it.
+// v.Data must not be modified afterwards.
+func (m *InMem) Put(v Version) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.frozen {
+		return ErrFrozen
+	}
+	var hdr [logHeader + logFixed]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(logFixed+len(v.Data)))
+	b := hdr[logHeader:]
+	copy(b, v.Key[:])
+	p := keyspace.KeySize
+	binary.BigEndian.PutUint64(b[p:], uint64(v.LSN))
+	binary.BigEndian.PutUint64(b[p+8:], v.Seq)
+	b[p+16] = byte(v.Kind)
+	c := crc32.Update(crc32.Checksum(b, castagnoli), castagnoli, v.Data)
+	binary.BigEndian.PutUint32(hdr[4:], c)
+	if _, err := m.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	if _, err := m.w.Write(v.Data); err != nil {
+		return err
+	}
+	m.insert(v)
+	return nil
+}
+
+func (m *InMem) insert(v Version) {
+	vs := m.keys[v.Key]
+	i := len(vs)
+	for i > 0 && v.Newer(&vs[i-1]) == false {
+		if vs[i-1].LSN == v.LSN && vs[i-1].Seq == v.Seq {
+			return // replayed duplicate
+		}
+		i--
+	}
+	vs = append(vs, Version{})
+	copy(vs[i+1:], vs[i:])
+	vs[i] = v
+	m.keys[v.Key] = vs
+	m.bytes += int64(len(v.Data)) + logFixed + logHeader
+	m.lsnMin = min(m.lsnMin, v.LSN)
+	m.lsnMax = max(m.lsnMax, v.LSN)
+	m.maxSeq = max(m.maxSeq, v.Seq)
+}
+
+// Sync flushes the log buffer and fsyncs the log file.
+func (m *InMem) Sync() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.w == nil {
+		return nil
+	}
+	if err := m.w.Flush(); err != nil {
+		return err
+	}
+	return m.f.Sync()
+}
+
+// Freeze makes the layer read-only: later Puts fail with ErrFrozen.
+func (m *InMem) Freeze() error {
+	m.mu.Lock()
+	m.frozen = true
+	m.mu.Unlock()
+	return m.Sync()
+}
+
+// Versions appends to out the versions of k with LSN <= upto, oldest first.
+// The Data slices are shared: callers must not modify them.
+func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, v := range m.keys[k] {
+		if v.LSN > upto {
+			break
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Keys calls fn for every key in r that has a version at or below upto,
+// in no particular order.
+func (m *InMem) Keys(r keyspace.Range, upto pg.LSN, fn func(keyspace.Key)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for k, vs := range m.keys {
+		if r.Contains(k) && vs[0].LSN <= upto {
+			fn(k)
+		}
+	}
+}
+
+// Stats returns the log size in bytes, the number of keys, the LSN range
+// of its versions (lsnMin > lsnMax when empty), the highest Seq and the
+// creation time.
+func (m *InMem) Stats() (bytes int64, keys int, lsnMin, lsnMax pg.LSN, maxSeq uint64, created time.Time) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.bytes, len(m.keys), m.lsnMin, m.lsnMax, m.maxSeq, m.created
+}
+
+// Empty reports whether the layer holds no versions.
+func (m *InMem) Empty() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.keys) == 0
+}
+
+// Sorted returns every version in (Key, LSN, Seq) order. REQUIRES: frozen.
+func (m *InMem) Sorted() []Version {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	keys := make([]keyspace.Key, 0, len(m.keys))
+	n := 0
+	for k, vs := range m.keys {
+		keys = append(keys, k)
+		n += len(vs)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	out := make([]Version, 0, n)
+	for _, k := range keys {
+		out = append(out, m.keys[k]...)
+	}
+	return out
+}
+
+// Close closes the log file (without removing it).
+func (m *InMem) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.f == nil {
+		return nil
+	}
+	err := m.w.Flush()
+	err = errors.Join(err, m.f.Close())
+	m.f, m.w = nil, nil
+	return err
+}
+
+// Remove closes and deletes the log file. Call it once the layer's
+// contents are durable elsewhere (in flushed layer files).
+func (m *InMem) Remove() error {
+	err := m.Close()
+	if rerr := os.Remove(m.path); rerr != nil && !os.IsNotExist(rerr) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// WriteFiles writes versions (sorted by Key, LSN, Seq) into one or more
+// layer files of the given kind under dir, starting a new file at a key
+// boundary whenever a file reaches targetSize bytes. Each file covers
+// exactly the key range of its versions (not the whole key space), which
+// is what keeps reads from having to consult every flushed layer. lsnStart
+// and lsnEnd give the LSN range of every file (0, 0: each file's own).
+// The files are fsynced; their Descs are returned in key order.
+func WriteFiles(dir string, kind FileKind, versions []Version, targetSize int64, lsnStart, lsnEnd pg.LSN) ([]Desc, error) {
+	var out []Desc
+	for i := 0; i < len(versions); {
+		j := i
+		var size int64
+		for j < len(versions) && (size < targetSize || versions[j].Key == versions[j-1].Key) {
+			size += int64(len(versions[j].Data)) + entrySize
+			j++
+		}
+		d, err := writeFile(dir, kind, versions[i:j], lsnStart, lsnEnd)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
+		i = j
+	}
+	return out, nil
+}
+
+func writeFile(dir string, kind FileKind, vs []Version, lsnStart, lsnEnd pg.LSN) (Desc, error) {
+	tmp, err := os.CreateTemp(dir, "tmp-layer-*")
+	if err != nil {
+		return Desc{}, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	w := NewWriter(tmp, kind)
+	for i := range vs {
+		if err := w.Add(&vs[i]); err != nil {
+			return Desc{}, err
+		}
+	}
+	d, err := w.Finish(keyspace.Range{}, lsnStart, lsnEnd)
+	if err != nil {
+		return Desc{}, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return Desc{}, err
+	}
+	d.Name = NewName(kind, d.Keys, d.LSNStart, d.LSNEnd)
+	if err := os.Rename(tmp.Name(), dir+"/"+d.Name); err != nil {
+		return Desc{}, fmt.Errorf("layer: %w", err)
+	}
+	return d, syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
