@@ -212,4 +212,3 @@ func (s *grpcServer) Close(context.Context, *objectstorepb.CloseRequest) (*objec
 	}
 	return &objectstorepb.CloseResponse{}, nil
 }
-

@@ -64,7 +64,7 @@ func TestGRPCShimAcceptance(t *testing.T) {
 type errStore struct{ err error }
 
 func (e errStore) Put(context.Context, string, io.Reader, objectstore.PutOptions) error { return e.err }
-func (e errStore) Get(context.Context, string) (io.ReadCloser, error)                    { return nil, e.err }
+func (e errStore) Get(context.Context, string) (io.ReadCloser, error)                   { return nil, e.err }
 func (e errStore) GetRange(context.Context, string, int64, int64) (io.ReadCloser, error) {
 	return nil, e.err
 }
