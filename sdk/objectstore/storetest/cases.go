@@ -199,11 +199,15 @@ func (s *suite) testInvalidKeys(t *testing.T) {
 }
 
 // validKeys are unusual keys that every store must accept and keep apart.
-func validKeys() []string {
-	long := strings.Repeat("L", objectstore.MaxKeyLen)
-	segs := strings.Repeat("s/", objectstore.MaxKeyLen/2-1) + "ss" // 1024 bytes, 512 segments
+func validKeys(maxLen int) []string {
+	long := strings.Repeat("L", maxLen) // one segment of maxLen bytes
+	// maxLen bytes in many one- or two-byte segments.
+	segs := strings.Repeat("s/", (maxLen-1)/2) + "s"
+	if maxLen%2 == 0 {
+		segs = strings.Repeat("s/", maxLen/2-1) + "ss"
+	}
 	return []string{
-		long, // one segment of MaxKeyLen bytes
+		long,
 		segs,
 		strings.Repeat("é", 300) + "/x", // a 600-byte segment of 2-byte runes
 		"ключ/日本語/🙂",
@@ -217,10 +221,10 @@ func validKeys() []string {
 
 func (s *suite) testValidKeys(t *testing.T) {
 	st := s.store(t)
-	keys := validKeys()
+	keys := validKeys(s.opts.MaxKeyLen)
 	for i, key := range keys {
-		if err := objectstore.ValidateKey(key); err != nil {
-			t.Fatalf("suite bug: %v", err)
+		if err := objectstore.ValidateKey(key); err != nil || len(key) > s.opts.MaxKeyLen {
+			t.Fatalf("suite bug: key of %d bytes: %v", len(key), err)
 		}
 		put(t, st, key, Pattern{Seed: uint64(100 + i)}.Bytes(0, int64(10+i)))
 	}

@@ -50,6 +50,10 @@ type Options struct {
 	// objectstore.ErrClosed (the contract also allows the backend's own
 	// error, which is all that is required by default).
 	StrictClose bool
+	// MaxKeyLen is the longest key the store must accept (default
+	// objectstore.MaxKeyLen). A store made by objectstore.WithPrefix
+	// accepts keys shorter by the prefix and its slash.
+	MaxKeyLen int
 }
 
 func (o Options) withDefaults() Options {
@@ -64,6 +68,9 @@ func (o Options) withDefaults() Options {
 		if testing.Short() {
 			o.BigSize = 32 << 20
 		}
+	}
+	if o.MaxKeyLen <= 0 {
+		o.MaxKeyLen = objectstore.MaxKeyLen
 	}
 	if o.Racers <= 0 {
 		o.Racers = 16
