@@ -13,7 +13,7 @@ import (
 // Metric names registered by WithMetrics. Every series carries a "store"
 // label with the name given to WithMetrics.
 const (
-	metricOps          = "strata_objectstore_operations_total"          // by op, result
+	metricOps          = "strata_objectstore_operations_total"           // by op, result
 	metricDuration     = "strata_objectstore_operation_duration_seconds" // by op
 	metricBytesRead    = "strata_objectstore_read_bytes_total"
 	metricBytesWritten = "strata_objectstore_written_bytes_total"
