@@ -1,0 +1,138 @@
+package tpcc
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+func TestPickMix(t *testing.T) {
+	var n [numTx]int
+	for i := 1; i <= 23; i++ {
+		n[Pick(i)]++
+	}
+	want := [numTx]int{10, 10, 1, 1, 1}
+	if n != want {
+		t.Fatalf("mix = %v, want %v", n, want)
+	}
+}
+
+func TestNURandRange(t *testing.T) {
+	g := NewRand(1, RunConstants)
+	seen := map[int]int{}
+	for i := 0; i < 200000; i++ {
+		v := g.NURand(255, 0, 999)
+		if v < 0 || v > 999 {
+			t.Fatalf("NURand out of range: %d", v)
+		}
+		seen[v]++
+		if id := g.ItemID(); id < 1 || id > Items {
+			t.Fatalf("item id out of range: %d", id)
+		}
+	}
+	// NURand is skewed: the most frequent value is drawn far more often
+	// than under a uniform draw (200 per value).
+	max := 0
+	for _, c := range seen {
+		if c > max {
+			max = c
+		}
+	}
+	if max < 600 {
+		t.Fatalf("NURand looks uniform: max count %d", max)
+	}
+	if LastName(371) != "PRICALLYOUGHT" {
+		t.Fatalf("LastName(371) = %s", LastName(371))
+	}
+}
+
+// TestLoadRunVerify loads one warehouse into a real Postgres 15, clones it,
+// runs all five transactions for a few seconds and checks consistency.
+func TestLoadRunVerify(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	ctx := context.Background()
+	base := srv.ConnString("postgres")
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	if err := Load(ctx, LoadOptions{Base: base, DB: "tpcc_tmpl", Warehouses: 1, Workers: 2, Log: log, Seed: 42}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := DatabaseExists(ctx, base, "tpcc_tmpl", 1)
+	if err != nil || !ok {
+		t.Fatalf("DatabaseExists = %v, %v", ok, err)
+	}
+	c, err := Connect(ctx, base, "tpcc_tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, tb := range Tables {
+		var n int64
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{tb}.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		counts[tb] = n
+	}
+	c.Close(ctx)
+	want := map[string]int64{"warehouse": 1, "district": 10, "customer": 30000, "history": 30000,
+		"new_order": 9000, "orders": 30000, "item": 100000, "stock": 100000}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Errorf("%s: %d rows, want %d", k, counts[k], v)
+		}
+	}
+	if ol := counts["order_line"]; ol < 30000*5 || ol > 30000*15 {
+		t.Errorf("order_line: %d rows", ol)
+	}
+
+	if err := Clone(ctx, base, "tpcc_tmpl", "tpcc"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Base: base, DB: "tpcc", Warehouses: 1, VUs: 3,
+		Rampup: time.Second, Duration: 5 * time.Second, Seed: 7, Log: log, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NOPM %.0f TPM %.0f new orders %d rollbacks %d counts %v errors %v", res.NOPM, res.TPM, res.NewOrders, res.Rollbacks, res.Count, res.Errors)
+	if res.NewOrders <= 0 || res.NOPM <= 0 || res.TPM < res.NOPM {
+		t.Fatalf("implausible result: %+v", res)
+	}
+	for _, n := range TxNames {
+		if res.Count[n] == 0 {
+			t.Errorf("no %s completed", n)
+		}
+		if res.Errors[n] != 0 {
+			t.Errorf("%d %s errors", res.Errors[n], n)
+		}
+	}
+	// The driver's own new-order count (minus rollbacks) matches the
+	// database's, within the transactions in flight at the window edges.
+	if d := res.Count["new_order"] - res.Rollbacks - res.NewOrders; d < -3 || d > 3 {
+		t.Errorf("driver counted %d committed new orders, database %d", res.Count["new_order"]-res.Rollbacks, res.NewOrders)
+	}
+	if p := res.Latency["new_order"].ValueAtQuantile(95); p <= 0 {
+		t.Errorf("p95 = %d", p)
+	}
+	c, err = Connect(ctx, base, "tpcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	checks, ok, err := Verify(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("consistency: %+v", checks)
+	}
+	// Break consistency and make sure the checks notice.
+	if _, err := c.Exec(ctx, "UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_id = 3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := Verify(ctx, c); ok {
+		t.Fatal("Verify did not notice a broken d_next_o_id")
+	}
+}
