@@ -167,14 +167,18 @@ func (rs *retryStore) Put(ctx context.Context, key string, r io.Reader, opts Put
 }
 
 func (rs *retryStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	return rs.GetRange(ctx, key, 0, -1)
+	return rs.get(ctx, key, 0, -1, func() (io.ReadCloser, error) { return rs.s.Get(ctx, key) })
 }
 
 func (rs *retryStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	return rs.get(ctx, key, off, length, func() (io.ReadCloser, error) { return rs.s.GetRange(ctx, key, off, length) })
+}
+
+func (rs *retryStore) get(ctx context.Context, key string, off, length int64, open func() (io.ReadCloser, error)) (io.ReadCloser, error) {
 	var rc io.ReadCloser
 	err := rs.do(ctx, "get", key, nil, func() error {
 		var err error
-		rc, err = rs.s.GetRange(ctx, key, off, length)
+		rc, err = open()
 		return err
 	})
 	if err != nil {
