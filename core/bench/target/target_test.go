@@ -1,0 +1,124 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+func query(t *testing.T, url, q string) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var s string
+	if err := c.QueryRow(ctx, q).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return s
+}
+
+func TestStrataNotAvailable(t *testing.T) {
+	_, err := DefaultRegistry().New(Config{Name: "s", Kind: "strata"}, zerolog.Nop())
+	if !errors.Is(err, ErrNotAvailable) || err.Error() != "target kind strata: not available yet" {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := DefaultRegistry().New(Config{Name: "x", Kind: "nope"}, zerolog.Nop()); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+}
+
+func TestStockSyncLifecycle(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	tg, err := DefaultRegistry().New(Config{Name: "sync", Kind: "stock-sync",
+		Settings: map[string]string{"max_wal_size": "2GB"}}, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tg.Close() })
+	if err := tg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pids := tg.PIDs()
+	if len(pids) != 4 {
+		t.Fatalf("pids = %v, want postmaster + 3 receivers", pids)
+	}
+	if got := query(t, tg.URL(), "SHOW synchronous_standby_names"); got != "ANY 2 (r1,r2,r3)" {
+		t.Fatalf("synchronous_standby_names = %q", got)
+	}
+	if got := query(t, tg.URL(), "SELECT count(*)::text FROM pg_stat_replication WHERE sync_state = 'quorum'"); got != "3" {
+		t.Fatalf("quorum receivers = %s", got)
+	}
+	// A commit needs the receivers: it works now.
+	query(t, tg.URL(), "WITH x AS (SELECT 1) SELECT 'ok'")
+	execSQL(t, tg.URL(), "CREATE TABLE t AS SELECT 1 AS x")
+	if got := query(t, tg.URL(), "SHOW max_wal_size"); got != "2GB" {
+		t.Fatalf("max_wal_size = %q", got)
+	}
+
+	// A reload setting does not restart; a postmaster setting does.
+	restarted, err := tg.Apply(ctx, map[string]string{"full_page_writes": "off"})
+	if err != nil || restarted {
+		t.Fatalf("Apply fpw: restarted=%v err=%v", restarted, err)
+	}
+	if got := query(t, tg.URL(), "SHOW full_page_writes"); got != "off" {
+		t.Fatalf("full_page_writes = %q", got)
+	}
+	restarted, err = tg.Apply(ctx, map[string]string{"full_page_writes": "off", "shared_buffers": "64MB"})
+	if err != nil || !restarted {
+		t.Fatalf("Apply shared_buffers: restarted=%v err=%v", restarted, err)
+	}
+	if got := query(t, tg.URL(), "SHOW shared_buffers"); got != "64MB" {
+		t.Fatalf("shared_buffers = %q", got)
+	}
+	if got := query(t, tg.URL(), "SELECT count(*)::text FROM pg_stat_replication WHERE sync_state = 'quorum'"); got != "3" {
+		t.Fatalf("quorum receivers after restart = %s", got)
+	}
+	// Settings absent from the next Apply are reset.
+	if _, err := tg.Apply(ctx, map[string]string{"shared_buffers": "64MB"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, tg.URL(), "SHOW full_page_writes"); got != "on" {
+		t.Fatalf("full_page_writes after reset = %q", got)
+	}
+	old := tg.PIDs()
+	if err := tg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range old {
+		if err := syscall.Kill(p, 0); err == nil {
+			t.Errorf("process %d still alive after Stop", p)
+		}
+	}
+	// Data survives Stop/Start.
+	if err := tg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, tg.URL(), "SELECT x::text FROM t"); got != "1" {
+		t.Fatalf("table lost across restart: %q", got)
+	}
+}
+
+func execSQL(t *testing.T, url, q string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
