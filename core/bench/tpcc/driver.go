@@ -69,6 +69,9 @@ type Options struct {
 	// OnWindow, if set, is called when the timed window starts (after
 	// ramp-up), so samplers can align to it.
 	OnWindow func()
+	// OnWindowEnd, if set, is called right after the window's closing
+	// snapshot, before the virtual users stop.
+	OnWindowEnd func()
 }
 
 // Live is a running summary.
@@ -267,6 +270,9 @@ window:
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s1, err := snapshot(sctx, mon)
+	if opts.OnWindowEnd != nil {
+		opts.OnWindowEnd()
+	}
 	stopAll()
 	if err != nil {
 		return nil, fmt.Errorf("tpcc: snapshot: %w", err)

@@ -1,0 +1,306 @@
+// Package collect measures what happens around a benchmark run: wait
+// events sampled from pg_stat_activity (every 10 ms), deltas of pg_stat_wal,
+// pg_stat_database, pg_stat_bgwriter and the WAL insert position, host and
+// per-process CPU from /proc (to flag runs where other processes were
+// busy), a Prometheus /metrics endpoint's deltas, and a SELECT 1 ping probe.
+//
+// It does not drive load; core/bench/tpcc and core/bench/pgbench do.
+package collect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+)
+
+// AppPrefix marks the collector's own sessions, which the wait sampler
+// leaves out.
+const AppPrefix = "strata-bench-"
+
+// Options shape a collection.
+type Options struct {
+	// URL is a connection string to the server; DB is the database under
+	// load (its pg_stat_database row and its sessions are sampled).
+	URL, DB string
+	// WaitInterval is the pg_stat_activity sampling period (default 10 ms);
+	// PingInterval the SELECT 1 probe period (default 100 ms).
+	WaitInterval, PingInterval time.Duration
+	// NoSamplers turns off the wait sampler and the ping probe (to measure
+	// their cost); snapshots and CPU accounting still run.
+	NoSamplers bool
+	// TargetPIDs are the server's root processes; they and their
+	// descendants count as the target's CPU. Without them, processes
+	// named postgres count as the target.
+	TargetPIDs []int
+	// MetricsURL, when set, is scraped at start and stop.
+	MetricsURL string
+	Log        zerolog.Logger
+}
+
+// Result is what a collection measured between Start and Stop.
+type Result struct {
+	Duration time.Duration
+	// Waits counts samples per wait ("Type:Event", "CPU" for an active
+	// session not waiting, "Client:ClientRead" for idle sessions).
+	Waits map[string]int64
+	// WaitTicks is the number of sampling rounds taken.
+	WaitTicks int64
+	// Stats holds deltas: "wal.*", "db.*", "bgwriter.*", and
+	// "wal.lsn_bytes" from the WAL insert position.
+	Stats map[string]float64
+	// StartLSN and EndLSN bound the window's WAL.
+	StartLSN, EndLSN string
+	// Ping holds SELECT 1 latencies in microseconds.
+	Ping *hdrhistogram.Histogram
+	CPU  CPU
+	// Metrics holds deltas of the scraped Prometheus series.
+	Metrics map[string]float64
+	// Errors lists what could not be collected.
+	Errors []string
+}
+
+// Collector is one running collection. Start and Stop are called once each,
+// from one goroutine.
+type Collector struct {
+	opts   Options
+	start  time.Time
+	stats0 map[string]float64
+	lsn0   string
+	cpu0   cpuSnap
+	prom0  map[string]float64
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	waits     map[string]int64
+	waitTicks int64
+	ping      *hdrhistogram.Histogram
+	errs      []string
+}
+
+func connect(ctx context.Context, url, db, app string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if db != "" {
+		cfg.Database = db
+	}
+	cfg.RuntimeParams["application_name"] = AppPrefix + app
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// Start takes the opening snapshots and starts the samplers.
+func Start(ctx context.Context, opts Options) (*Collector, error) {
+	if opts.WaitInterval <= 0 {
+		opts.WaitInterval = 10 * time.Millisecond
+	}
+	if opts.PingInterval <= 0 {
+		opts.PingInterval = 100 * time.Millisecond
+	}
+	c := &Collector{opts: opts, waits: map[string]int64{}, ping: hdrhistogram.New(1, 60_000_000, 3)}
+	conn, err := connect(ctx, opts.URL, opts.DB, "snapshot")
+	if err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if opts.MetricsURL != "" {
+		if c.prom0, err = scrape(ctx, opts.MetricsURL); err != nil {
+			c.errs = append(c.errs, err.Error())
+		}
+	}
+	c.cpu0 = readCPU()
+	if c.stats0, c.lsn0, err = statSnapshot(ctx, conn, opts.DB); err != nil {
+		return nil, err
+	}
+	c.start = time.Now()
+	sctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if !opts.NoSamplers {
+		wc, err := connect(ctx, opts.URL, opts.DB, "waits")
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("collect: %w", err)
+		}
+		pc, err := connect(ctx, opts.URL, opts.DB, "ping")
+		if err != nil {
+			wc.Close(context.Background())
+			cancel()
+			return nil, fmt.Errorf("collect: %w", err)
+		}
+		c.wg.Add(2)
+		go c.sampleWaits(sctx, wc)
+		go c.probe(sctx, pc)
+	}
+	return c, nil
+}
+
+// Stop stops the samplers, takes the closing snapshots and returns the
+// deltas.
+func (c *Collector) Stop(ctx context.Context) (*Result, error) {
+	c.cancel()
+	c.wg.Wait()
+	r := &Result{Duration: time.Since(c.start), Waits: c.waits, WaitTicks: c.waitTicks, Ping: c.ping, Errors: c.errs}
+	conn, err := connect(ctx, c.opts.URL, c.opts.DB, "snapshot")
+	if err != nil {
+		return nil, fmt.Errorf("collect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	stats1, lsn1, err := statSnapshot(ctx, conn, c.opts.DB)
+	if err != nil {
+		return nil, err
+	}
+	r.CPU = cpuDelta(c.cpu0, readCPU(), c.opts.TargetPIDs)
+	r.Stats = map[string]float64{}
+	for k, v := range stats1 {
+		r.Stats[k] = v - c.stats0[k]
+	}
+	var diff float64
+	if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1, $2)::float8", lsn1, c.lsn0).Scan(&diff); err == nil {
+		r.Stats["wal.lsn_bytes"] = diff
+	}
+	r.StartLSN, r.EndLSN = c.lsn0, lsn1
+	if c.opts.MetricsURL != "" && c.prom0 != nil {
+		p1, err := scrape(ctx, c.opts.MetricsURL)
+		if err != nil {
+			r.Errors = append(r.Errors, err.Error())
+		} else {
+			r.Metrics = map[string]float64{}
+			for k, v := range p1 {
+				r.Metrics[k] = v - c.prom0[k]
+			}
+		}
+	}
+	return r, nil
+}
+
+// statSnapshot reads the cumulative statistics views as one flat map.
+func statSnapshot(ctx context.Context, c *pgx.Conn, db string) (map[string]float64, string, error) {
+	out := map[string]float64{}
+	var lsn string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		return nil, "", fmt.Errorf("collect: wal position: %w", err)
+	}
+	views := []struct{ prefix, sql string }{
+		{"wal.", "SELECT row_to_json(w)::text FROM pg_stat_wal w"},
+		{"db.", "SELECT row_to_json(d)::text FROM pg_stat_database d WHERE datname = $1"},
+		{"bgwriter.", "SELECT row_to_json(b)::text FROM pg_stat_bgwriter b"},
+	}
+	for _, v := range views {
+		var js string
+		var err error
+		if v.prefix == "db." {
+			err = c.QueryRow(ctx, v.sql, db).Scan(&js)
+		} else {
+			err = c.QueryRow(ctx, v.sql).Scan(&js)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("collect: %s: %w", v.sql, err)
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal([]byte(js), &m); err != nil {
+			return nil, "", fmt.Errorf("collect: %w", err)
+		}
+		for k, x := range m {
+			if f, ok := x.(float64); ok && k != "datid" {
+				out[v.prefix+k] = f
+			}
+		}
+	}
+	return out, lsn, nil
+}
+
+func (c *Collector) sampleWaits(ctx context.Context, conn *pgx.Conn) {
+	defer c.wg.Done()
+	defer conn.Close(context.Background())
+	const q = `SELECT state, coalesce(wait_event_type, ''), coalesce(wait_event, '')
+		FROM pg_stat_activity
+		WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+		  AND application_name NOT LIKE 'strata-bench-%'`
+	t := time.NewTicker(c.opts.WaitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rows, err := conn.Query(ctx, q, c.opts.DB)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.addErr("wait sampler: " + err.Error())
+			}
+			return
+		}
+		local := map[string]int64{}
+		for rows.Next() {
+			var state, typ, ev string
+			if err := rows.Scan(&state, &typ, &ev); err != nil {
+				break
+			}
+			local[WaitKey(state, typ, ev)]++
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			continue
+		}
+		c.mu.Lock()
+		for k, v := range local {
+			c.waits[k] += v
+		}
+		c.waitTicks++
+		c.mu.Unlock()
+	}
+}
+
+// WaitKey names a sampled session's wait: "CPU" for an active session with
+// no wait event, "Type:Event" otherwise ("Client:ClientRead" for idle ones).
+func WaitKey(state, typ, event string) string {
+	switch {
+	case state != "active" && typ == "":
+		return "Client:Idle"
+	case typ == "":
+		return "CPU"
+	default:
+		return typ + ":" + event
+	}
+}
+
+func (c *Collector) probe(ctx context.Context, conn *pgx.Conn) {
+	defer c.wg.Done()
+	defer conn.Close(context.Background())
+	t := time.NewTicker(c.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t0 := time.Now()
+		var one int
+		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			if ctx.Err() == nil {
+				c.addErr("ping: " + err.Error())
+			}
+			return
+		}
+		c.mu.Lock()
+		_ = c.ping.RecordValue(time.Since(t0).Microseconds())
+		c.mu.Unlock()
+	}
+}
+
+func (c *Collector) addErr(s string) {
+	c.mu.Lock()
+	c.errs = append(c.errs, s)
+	c.mu.Unlock()
+	c.opts.Log.Warn().Str("error", s).Msg("collector")
+}

@@ -1,0 +1,156 @@
+package collect
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// CPU is where the machine's CPU went during a window, in percent of the
+// whole machine (all cores = 100).
+type CPU struct {
+	Cores int
+	// Busy is the machine's non-idle share (/proc/stat).
+	Busy float64
+	// Target is the server's processes (and their descendants), Driver is
+	// this process and its children, Other everything else.
+	Target, Driver, Other float64
+	// TopOther lists the busiest other processes.
+	TopOther []Proc
+}
+
+// Proc is one process's CPU share.
+type Proc struct {
+	PID  int
+	Comm string
+	Pct  float64
+}
+
+type procStat struct {
+	ppid  int
+	comm  string
+	ticks uint64
+}
+
+type cpuSnap struct {
+	total, idle uint64
+	cores       int
+	procs       map[int]procStat
+}
+
+func readCPU() cpuSnap {
+	s := cpuSnap{procs: map[int]procStat{}}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			if f[0] == "cpu" {
+				for i, x := range f[1:] {
+					v, _ := strconv.ParseUint(x, 10, 64)
+					if i == 8 || i == 9 { // guest time is already in user
+						continue
+					}
+					s.total += v
+					if i == 3 || i == 4 {
+						s.idle += v
+					}
+				}
+			} else if strings.HasPrefix(f[0], "cpu") {
+				s.cores++
+			}
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			s.procs[pid] = p
+		}
+	}
+	return s
+}
+
+func readProc(pid int) (procStat, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(b)
+	open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || close < open {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[close+1:])
+	// After the comm: state(0) ppid(1) ... utime(11) stime(12).
+	if len(f) < 13 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return procStat{ppid: ppid, comm: s[open+1 : close], ticks: ut + st}, true
+}
+
+// descends reports whether pid is one of roots or descends from one.
+func descends(procs map[int]procStat, pid int, roots map[int]bool) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		if roots[pid] {
+			return true
+		}
+		p, ok := procs[pid]
+		if !ok {
+			return false
+		}
+		pid = p.ppid
+	}
+	return false
+}
+
+func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
+	out := CPU{Cores: b.cores}
+	total := float64(b.total - a.total)
+	if total <= 0 {
+		return out
+	}
+	out.Busy = 100 * (total - float64(b.idle-a.idle)) / total
+	roots := map[int]bool{}
+	for _, p := range targetPIDs {
+		roots[p] = true
+	}
+	self := map[int]bool{os.Getpid(): true}
+	var others []Proc
+	for pid, p := range b.procs {
+		d := p.ticks
+		if p0, ok := a.procs[pid]; ok && p0.ticks <= d {
+			d -= p0.ticks
+		}
+		if d == 0 {
+			continue
+		}
+		pct := 100 * float64(d) / total
+		switch {
+		case len(roots) > 0 && descends(b.procs, pid, roots):
+			out.Target += pct
+		case descends(b.procs, pid, self):
+			out.Driver += pct
+		case len(roots) == 0 && (p.comm == "postgres" || p.comm == "pg_receivewal"):
+			out.Target += pct
+		default:
+			out.Other += pct
+			others = append(others, Proc{PID: pid, Comm: p.comm, Pct: pct})
+		}
+	}
+	sort.Slice(others, func(i, j int) bool { return others[i].Pct > others[j].Pct })
+	if len(others) > 5 {
+		others = others[:5]
+	}
+	out.TopOther = others
+	return out
+}
