@@ -1,0 +1,320 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/redo"
+)
+
+// workloadWAL is WAL produced by a real PostgreSQL 15 with
+// wal_consistency_checking = 'all', copied out of pg_wal.
+type workloadWAL struct {
+	Dir        string // copy of the segments
+	Start, End pg.LSN
+	PGWal      string // the server's pg_wal, for pg_waldump
+	srv        *pgtest.Server
+}
+
+var (
+	walOnce sync.Once
+	walData *workloadWAL
+	walErr  error
+)
+
+func longTests() bool { return os.Getenv("STRATA_LONG_TESTS") == "1" }
+
+// sharedWAL runs the workload once per test binary.
+func sharedWAL(t *testing.T) *workloadWAL {
+	t.Helper()
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	walOnce.Do(func() { walData, walErr = runWorkload(t) })
+	if walErr != nil {
+		t.Fatal(walErr)
+	}
+	if walData == nil {
+		t.Skip("workload unavailable")
+	}
+	return walData
+}
+
+func runWorkload(t *testing.T) (w *workloadWAL, err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			err = fmt.Errorf("workload: %v", e)
+		}
+	}()
+	s := pgtest.Start(t, pgtest.Options{Conf: map[string]string{
+		"wal_consistency_checking": "'all'",
+		"wal_compression":          "lz4",
+		"wal_keep_size":            "'4GB'",
+		"max_wal_size":             "'4GB'",
+		"checkpoint_timeout":       "'1h'",
+		"autovacuum":               "off",
+		"shared_buffers":           "'32MB'",
+	}})
+	start := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
+	scale := "1"
+	txns := "300"
+	if longTests() {
+		scale, txns = "5", "5000"
+	}
+	if out, err := s.Pgbench("-i", "-s", scale, "postgres"); err != nil {
+		return nil, fmt.Errorf("%v\n%s", err, out)
+	}
+	// Switch compression mid-way so every image format shows up.
+	s.Exec("postgres", "alter system set wal_compression = 'pglz'")
+	s.Exec("postgres", "select pg_reload_conf()")
+	if out, err := s.Pgbench("-c", "2", "-t", txns, "postgres"); err != nil {
+		return nil, fmt.Errorf("%v\n%s", err, out)
+	}
+	s.Exec("postgres", "alter system set wal_compression = 'zstd'")
+	s.Exec("postgres", "select pg_reload_conf()")
+	for _, q := range workloadSQL {
+		s.Exec("postgres", q)
+	}
+	s.Exec("postgres", "alter system set wal_compression = 'off'")
+	s.Exec("postgres", "select pg_reload_conf()")
+	s.Exec("postgres", "insert into t (n, v) select g % 50, 'again' from generate_series(1, 300) g")
+	s.Exec("postgres", "checkpoint")
+	end := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
+	w = &workloadWAL{PGWal: filepath.Join(s.DataDir, "pg_wal"), srv: s}
+	if w.Start, err = pg.ParseLSN(start); err != nil {
+		return nil, err
+	}
+	if w.End, err = pg.ParseLSN(end); err != nil {
+		return nil, err
+	}
+	w.Dir = t.TempDir()
+	if d := os.Getenv("STRATA_WAL_OUT"); d != "" {
+		w.Dir = d
+	}
+	ents, err := os.ReadDir(w.PGWal)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if len(e.Name()) != 24 {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(w.PGWal, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(w.Dir, e.Name()), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+var workloadSQL = []string{
+	"create table t (id serial primary key, n int, v text)",
+	"create index t_n on t (n)",
+	"insert into t (n, v) select g % 50, repeat('x', g % 200) from generate_series(1, 5000) g",
+	"update t set v = v || 'y' where id % 7 = 0",
+	"update t set n = n + 1 where id % 11 = 0",
+	"delete from t where id between 1000 and 3500",
+	"vacuum t",
+	"select * from t where id < 100 for update",
+	"insert into t (id, n, v) values (1, 1, 'c') on conflict (id) do update set v = 'conflict'",
+	"insert into t (id, n, v) values (999999, 1, 'c') on conflict (id) do nothing",
+	"vacuum (freeze) t",
+	"create table big (id int, b text)",
+	"alter table big alter column b set storage external",
+	"insert into big select g, (select string_agg(md5(random()::text), '') from generate_series(1, 300)) from generate_series(1, 20) g",
+	"update big set b = b || 'z' where id < 5",
+	"create sequence s1",
+	"select nextval('s1') from generate_series(1, 100)",
+	"create table tt as select g as id from generate_series(1, 1000) g",
+	"truncate tt",
+	"insert into tt select generate_series(1, 100)",
+	"vacuum full t",
+	"drop table tt",
+	"create database d2",
+	"drop database d2",
+}
+
+type verifyStats struct {
+	verified    map[string]int
+	mismatches  map[string]int
+	unsupported map[string]int
+	noBase      int
+	firstErrs   []string
+}
+
+// verify redoes every block reference that carries a consistency-check
+// image from the previous version of the page and compares, after masking.
+func verify(t *testing.T, src wal.Source, start, end pg.LSN) *verifyStats {
+	t.Helper()
+	st := &verifyStats{verified: map[string]int{}, mismatches: map[string]int{}, unsupported: map[string]int{}}
+	pages := map[pg.PageKey][]byte{}
+	rd := wal.NewReader(src, start)
+	want := make([]byte, pg.BlockSize)
+	mw := make([]byte, pg.BlockSize)
+	mg := make([]byte, pg.BlockSize)
+	for {
+		r, err := rd.Next()
+		if err != nil {
+			if errors.Is(err, wal.ErrEndOfWAL) {
+				break
+			}
+			t.Fatalf("reading WAL: %v", err)
+		}
+		if r.EndLSN > end {
+			break
+		}
+		name := RecordName(r)
+		for i := range r.Blocks {
+			blk := &r.Blocks[i]
+			key := blk.Page
+			if blk.ApplyImage {
+				p := make([]byte, pg.BlockSize)
+				if err := RedoBlock(r, blk, p, Options{}); err != nil {
+					t.Fatalf("restoring image: %v", err)
+				}
+				pages[key] = p
+				continue
+			}
+			base, ok := pages[key]
+			if !ok && !blk.WillInit() {
+				if blk.HasImage {
+					st.noBase++
+					p := make([]byte, pg.BlockSize)
+					if err := blk.RestoreImage(p); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					pages[key] = p
+				} else {
+					delete(pages, key)
+				}
+				continue
+			}
+			got := make([]byte, pg.BlockSize)
+			if ok {
+				copy(got, base)
+			}
+			err := RedoBlock(r, blk, got, Options{})
+			if errors.Is(err, redo.ErrUnsupported) {
+				st.unsupported[name]++
+				got = nil
+			} else if err != nil {
+				st.mismatches[name]++
+				if len(st.firstErrs) < 10 {
+					st.firstErrs = append(st.firstErrs, err.Error())
+				}
+				got = nil
+			}
+			if !blk.HasImage {
+				// Nothing to compare with (rmgr without consistency checks).
+				if got != nil {
+					pages[key] = got
+				} else {
+					delete(pages, key)
+				}
+				continue
+			}
+			if err := blk.RestoreImage(want); err != nil {
+				t.Fatalf("%s at %s: %v", name, r.LSN, err)
+			}
+			if got != nil {
+				copy(mw, want)
+				copy(mg, got)
+				if Mask(r.RmID, mw, key.Block) {
+					Mask(r.RmID, mg, key.Block)
+				}
+				if string(mw) == string(mg) {
+					st.verified[name]++
+				} else {
+					st.mismatches[name]++
+					if len(st.firstErrs) < 10 {
+						st.firstErrs = append(st.firstErrs, fmt.Sprintf("%s at %s blk #%d %s: %s", name, r.LSN, blk.ID, key, firstDiff(mg, mw)))
+					}
+				}
+			}
+			// Continue from Postgres' own page so one bug does not cascade.
+			p := make([]byte, pg.BlockSize)
+			copy(p, want)
+			pages[key] = p
+		}
+	}
+	return st
+}
+
+func firstDiff(got, want []byte) string {
+	for i := range got {
+		if got[i] != want[i] {
+			j := i + 16
+			if j > len(got) {
+				j = len(got)
+			}
+			return fmt.Sprintf("first difference at byte %d: got % x want % x", i, got[i:j], want[i:j])
+		}
+	}
+	return "equal"
+}
+
+func (st *verifyStats) report(t *testing.T) {
+	keys := map[string]bool{}
+	for k := range st.verified {
+		keys[k] = true
+	}
+	for k := range st.mismatches {
+		keys[k] = true
+	}
+	for k := range st.unsupported {
+		keys[k] = true
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-32s %10s %10s %12s\n", "record type", "verified", "mismatch", "unsupported")
+	for _, n := range names {
+		fmt.Fprintf(&b, "%-32s %10d %10d %12d\n", n, st.verified[n], st.mismatches[n], st.unsupported[n])
+	}
+	fmt.Fprintf(&b, "block refs without a base page (first sight): %d\n", st.noBase)
+	t.Log("\n" + b.String())
+	for _, e := range st.firstErrs {
+		t.Log(e)
+	}
+}
+
+func TestConsistencyAgainstPostgres(t *testing.T) {
+	w := sharedWAL(t)
+	src, err := wal.OpenDir(w.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	st := verify(t, src, w.Start, w.End)
+	st.report(t)
+	total := 0
+	for n, c := range st.mismatches {
+		t.Errorf("%d mismatches for %s", c, n)
+	}
+	for _, c := range st.verified {
+		total += c
+	}
+	for _, must := range []string{"Heap/INSERT", "Heap/UPDATE", "Heap/HOT_UPDATE", "Heap/DELETE", "Heap2/MULTI_INSERT+INIT",
+		"Heap2/PRUNE", "Heap2/VACUUM", "Heap2/FREEZE_PAGE", "Heap2/VISIBLE", "Btree/INSERT_LEAF", "Btree/SPLIT_L", "Btree/SPLIT_R",
+		"Btree/VACUUM", "Sequence/LOG", "Heap/LOCK"} {
+		if st.verified[must] == 0 {
+			t.Errorf("no %s block reference verified", must)
+		}
+	}
+	t.Logf("verified %d block references", total)
+}

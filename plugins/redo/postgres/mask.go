@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+)
+
+// Mask blanks, in place, the parts of a page that Postgres ignores when it
+// checks redo consistency for resource manager rm (heap_mask, btree_mask,
+// seq_mask): the LSN and checksum, hint bits and flags, unused space, and
+// per-tuple hint bits. It reports false for resource managers without a
+// mask (their pages are compared whole).
+func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
+	p := page(pg8k)
+	switch rm {
+	case wal.RmHeap, wal.RmHeap2:
+		maskLSN(p)
+		maskHints(p)
+		maskUnused(p)
+		for off := 1; off <= p.maxOff(); off++ {
+			id := p.itemID(off)
+			o := lpOff(id)
+			if lpFlags(id) == lpNormal && o+htupSize <= len(p) {
+				t := p[o:]
+				im := tupU16(t, tInfomask)
+				if im&heapXminFrozen != heapXminFrozen {
+					im &^= heapXactMask
+				} else {
+					im &^= heapXmaxInvalid | heapXmaxCommit
+				}
+				tupPut16(t, tInfomask, im)
+				tupPut32(t, tField3, 0)
+				if tupU16(t, tCtid+4) == 0xfffe { // speculative token
+					setCtid(t, blkno, uint16(off))
+				}
+			}
+			if lpHasStorage(id) {
+				l := lpLen(id)
+				if end := o + maxAlign(l); end <= len(p) {
+					clear(p[o+l : end])
+				}
+			}
+		}
+		return true
+	case wal.RmBtree:
+		maskLSN(p)
+		maskHints(p)
+		maskUnused(p)
+		sp := p.special()
+		if sp+16 <= len(p) {
+			flags := p.u16(sp + 12)
+			if flags&btpLeaf != 0 {
+				for off := 1; off <= p.maxOff(); off++ {
+					id := p.itemID(off)
+					if lpIsUsed(id) {
+						p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
+					}
+				}
+			}
+			p.put16(sp+12, flags&^(btpHasGarbage|btpSplitEnd))
+			p.put16(sp+14, 0)
+		}
+		return true
+	case wal.RmSequence:
+		maskLSN(p)
+		maskUnused(p)
+		return true
+	}
+	return false
+}
+
+func maskLSN(p page) {
+	p.put32(0, 0)
+	p.put32(4, 0)
+	p.put16(8, 0)
+}
+
+func maskHints(p page) {
+	p.setPruneXID(0)
+	p.setFlags(p.flags() &^ (pdPageFull | pdHasFreeLines | pdAllVisible))
+}
+
+func maskUnused(p page) {
+	lo, up := p.lower(), p.upper()
+	if lo < pageHeaderSize || lo > up || up > p.special() || p.special() > len(p) {
+		return // Postgres errors out here; leave the page as is so the comparison fails
+	}
+	clear(p[lo:up])
+}
