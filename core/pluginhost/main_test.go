@@ -1,0 +1,156 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/plugin"
+)
+
+// The test binary doubles as a plugin: run with the single argument
+// "pluginhost-test-mode=MODE" (as Spec.Args), it serves instead of testing.
+// Modes:
+//
+//	memory  an object store plugin over objectstore.Memory
+//	v99     the same, but speaking protocol version 99 only
+//	log     logs a warning with a field at Configure, then as memory
+//	badcfg  its factory refuses every config
+const modeArg = "pluginhost-test-mode="
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && strings.HasPrefix(os.Args[1], modeArg) {
+		servePluginMode(strings.TrimPrefix(os.Args[1], modeArg))
+		return
+	}
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+func servePluginMode(mode string) {
+	memory := func([]byte, zerolog.Logger) (objectstore.Store, error) { return objectstore.NewMemory(), nil }
+	switch mode {
+	case "memory":
+		objectstore.ServePlugin(memory)
+	case "v99":
+		plugin.Serve(plugin.ServeConfig{
+			Kind: objectstore.PluginKind, Version: 99,
+			Plugin: &objectstore.GRPCPlugin{Factory: memory, Log: plugin.Logger()},
+		})
+	case "log":
+		objectstore.ServePlugin(func(cfg []byte, log zerolog.Logger) (objectstore.Store, error) {
+			log.Warn().Str("answer", "forty-two").RawJSON("config", cfg).Msg("hello from the plugin")
+			fmt.Fprintln(os.Stderr, "a plain stderr line")
+			return objectstore.NewMemory(), nil
+		})
+	case "badcfg":
+		objectstore.ServePlugin(func(cfg []byte, _ zerolog.Logger) (objectstore.Store, error) {
+			return nil, errors.New("badcfg: root is required")
+		})
+	default:
+		fmt.Fprintf(os.Stderr, "unknown test plugin mode %q\n", mode)
+		os.Exit(2)
+	}
+}
+
+// selfSpec runs this test binary as a plugin in the given mode.
+func selfSpec(t testing.TB, mode string) Spec {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{Name: "test-" + mode, Path: exe, Args: []string{modeArg + mode}, ConfigJSON: []byte(`{}`)}
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// plugins are built once per test binary, into a temporary directory that
+// TestMain removes.
+var pluginPkgs = map[string]string{
+	"objectstore-memory":   "./examples/objectstore-memory",
+	"strata-objectstore-fs": "./plugins/objectstore/fs/cmd/strata-objectstore-fs",
+}
+
+// buildPlugin returns the path of the named plugin binary, built with go
+// build from this module, and its SHA-256.
+func buildPlugin(t testing.TB, name string) (path, sum string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "strata-pluginhost-test-")
+		if buildErr != nil {
+			return
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		args := []string{"build", "-o", buildDir + string(filepath.Separator)}
+		for _, pkg := range pluginPkgs {
+			if _, err := os.Stat(filepath.Join(root, pkg)); err == nil {
+				args = append(args, pkg)
+			}
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building plugins: %v", buildErr)
+	}
+	path = filepath.Join(buildDir, name)
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("plugin %s not built (package %s missing?): %v", name, pluginPkgs[name], err)
+	}
+	sum, err := FileSHA256(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, sum
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// testLog returns a zerolog logger into the test log.
+func testLog(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+}
+
+func openExternal(t testing.TB, spec Spec) *ObjectStore {
+	t.Helper()
+	st, err := OpenObjectStore(context.Background(), spec, testLog(t))
+	if err != nil {
+		t.Fatalf("OpenObjectStore(%s): %v", spec.Name, err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}

@@ -1,0 +1,354 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/objectstore/storetest"
+)
+
+// TestExampleMemoryPluginAcceptance runs the acceptance suite against the
+// example plugin (examples/objectstore-memory), built with go build and run
+// as a real subprocess per store, checksum and mTLS on. It streams the full
+// 256 MiB object through the process boundary (32 MiB under -short) and
+// fails if the host's heap grows by more than 64 MiB meanwhile.
+func TestExampleMemoryPluginAcceptance(t *testing.T) {
+	path, sum := buildPlugin(t, "objectstore-memory")
+	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
+		return openExternal(t, Spec{Name: "memory", Path: path, SHA256: sum, ConfigJSON: []byte(`{}`)})
+	}, storetest.Options{StrictClose: true, BigHeapLimit: 64 << 20, ListCount: 1100})
+}
+
+// TestFSPluginAcceptance runs the acceptance suite against the fs plugin
+// binary (plugins/objectstore/fs/cmd/strata-objectstore-fs), with a small
+// big object: the full size runs against the example plugin.
+func TestFSPluginAcceptance(t *testing.T) {
+	path, sum := buildPlugin(t, "strata-objectstore-fs")
+	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
+		cfg, _ := json.Marshal(map[string]string{"root": t.TempDir()})
+		return openExternal(t, Spec{Name: "fs", Path: path, SHA256: sum, ConfigJSON: cfg})
+	}, storetest.Options{StrictClose: true, BigSize: 16 << 20})
+}
+
+func putBytes(t *testing.T, st objectstore.Store, key string, b []byte) {
+	t.Helper()
+	if err := st.Put(context.Background(), key, bytes.NewReader(b), objectstore.PutOptions{Size: int64(len(b))}); err != nil {
+		t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+func getBytes(t *testing.T, st objectstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("Get(%q): reading: %v", key, err)
+	}
+	return b
+}
+
+// wantCrashError checks the error a caller sees when the plugin dies under it.
+func wantCrashError(t *testing.T, what string, err error, name string, pid int) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error although the plugin was killed", what)
+	}
+	want := `objectstore plugin "` + name + `" (pid ` + strconv.Itoa(pid) + `) exited`
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("%s: error %q does not contain %q", what, err, want)
+	}
+	if !errors.Is(err, objectstore.ErrTransient) {
+		t.Fatalf("%s: error %v does not match ErrTransient", what, err)
+	}
+}
+
+// wantRecovered checks that the plugin runs again, as a new process, and
+// serves calls.
+func wantRecovered(t *testing.T, st *ObjectStore, oldPID int) {
+	t.Helper()
+	data := []byte("after the crash")
+	putBytes(t, st, "after", data)
+	if got := getBytes(t, st, "after"); !bytes.Equal(got, data) {
+		t.Fatalf("after restart: got %q", got)
+	}
+	if st.PID() == oldPID || st.PID() == 0 {
+		t.Fatalf("after restart: pid %d, old pid %d", st.PID(), oldPID)
+	}
+	if st.Restarts() != 1 {
+		t.Fatalf("Restarts() = %d, want 1", st.Restarts())
+	}
+}
+
+// TestKillDuringGet kill -9s the plugin while the host reads a large
+// object from it: the reader fails with a clear error, and the next call
+// succeeds on a restarted plugin.
+func TestKillDuringGet(t *testing.T) {
+	path, sum := buildPlugin(t, "objectstore-memory")
+	st := openExternal(t, Spec{Name: "mem", Path: path, SHA256: sum})
+	const size = 64 << 20
+	big := storetest.Pattern{Seed: 7}.Bytes(0, size)
+	putBytes(t, st, "big", big)
+
+	rc, err := st.Get(context.Background(), "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	head := make([]byte, 1<<20)
+	if _, err := io.ReadFull(rc, head); err != nil {
+		t.Fatal(err)
+	}
+	pid := st.PID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	if n >= size-(1<<20) {
+		t.Fatalf("read the whole object (%d bytes) from a killed plugin", n)
+	}
+	wantCrashError(t, "reading from a killed plugin", err, "mem", pid)
+	wantRecovered(t, st, pid)
+}
+
+// killingReader yields n bytes and kills pid after the first after bytes.
+type killingReader struct {
+	n, after, done int
+	pid            func() int
+	killed         int
+}
+
+func (k *killingReader) Read(p []byte) (int, error) {
+	if k.done >= k.n {
+		return 0, io.EOF
+	}
+	if k.done >= k.after && k.killed == 0 {
+		k.killed = k.pid()
+		_ = syscall.Kill(k.killed, syscall.SIGKILL)
+	}
+	m := min(len(p), k.n-k.done)
+	k.done += m
+	return m, nil
+}
+
+// TestKillDuringPut kill -9s the plugin in the middle of a streamed Put.
+func TestKillDuringPut(t *testing.T) {
+	path, sum := buildPlugin(t, "objectstore-memory")
+	st := openExternal(t, Spec{Name: "mem", Path: path, SHA256: sum})
+	r := &killingReader{n: 256 << 20, after: 8 << 20, pid: st.PID}
+	err := st.Put(context.Background(), "big", r, objectstore.PutOptions{Size: 256 << 20})
+	if r.killed == 0 {
+		t.Fatal("the reader never killed the plugin")
+	}
+	wantCrashError(t, "Put into a killed plugin", err, "mem", r.killed)
+	wantRecovered(t, st, r.killed)
+	if _, err := st.Stat(context.Background(), "big"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("the interrupted Put is visible after restart: %v", err)
+	}
+}
+
+// TestKillBetweenCalls: a plugin that dies while idle is restarted by the
+// next call, which succeeds.
+func TestKillBetweenCalls(t *testing.T) {
+	st := openExternal(t, selfSpec(t, "memory"))
+	pid := st.PID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !st.cur.Load().proc.exited() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	wantRecovered(t, st, pid)
+}
+
+// TestWrongChecksum: a binary whose SHA-256 differs from the config is
+// refused before it runs, with an error naming the plugin and the binary.
+func TestWrongChecksum(t *testing.T) {
+	spec := selfSpec(t, "memory")
+	spec.Name = "fs-prod"
+	spec.SHA256 = strings.Repeat("ab", 32)
+	_, err := OpenObjectStore(context.Background(), spec, testLog(t))
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("got %v, want ErrChecksum", err)
+	}
+	for _, want := range []string{`"fs-prod"`, spec.Path, spec.SHA256} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	spec.SHA256 = "not-hex"
+	if _, err := OpenObjectStore(context.Background(), spec, testLog(t)); err == nil || !strings.Contains(err.Error(), "64 hex digits") {
+		t.Fatalf("malformed sha256: got %v", err)
+	}
+	// The right checksum runs.
+	sum, err := FileSHA256(spec.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.SHA256 = strings.ToUpper(sum)
+	openExternal(t, spec)
+}
+
+// TestMissingBinary: a missing binary is a clear error naming the plugin
+// and the path.
+func TestMissingBinary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "strata-objectstore-nope")
+	_, err := OpenObjectStore(context.Background(), Spec{Name: "nope", Path: path}, testLog(t))
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("got %v, want an error matching os.ErrNotExist", err)
+	}
+	for _, want := range []string{`"nope"`, path, "cannot start"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := OpenObjectStore(context.Background(), Spec{Name: "nopath"}, testLog(t)); err == nil || !strings.Contains(err.Error(), `"nopath"`) {
+		t.Fatalf("empty path: got %v", err)
+	}
+}
+
+// TestNotAPlugin: an executable that is not a strata plugin fails to start
+// with an error naming it.
+func TestNotAPlugin(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "fake-plugin")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho hello\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenObjectStore(context.Background(), Spec{Name: "fake", Path: script}, testLog(t))
+	if err == nil {
+		t.Fatal("a shell script started as a plugin")
+	}
+	for _, want := range []string{`"fake"`, script, "cannot start"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// TestUnsupportedVersion: a plugin built for another protocol version is
+// refused with ErrVersion and a message that says what to do.
+func TestUnsupportedVersion(t *testing.T) {
+	spec := selfSpec(t, "v99")
+	_, err := OpenObjectStore(context.Background(), spec, testLog(t))
+	if !errors.Is(err, ErrVersion) {
+		t.Fatalf("got %v, want ErrVersion", err)
+	}
+	for _, want := range []string{`"test-v99"`, "version 1", "Plugin version: 99", "rebuild"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// TestConfigRefused: a plugin whose factory refuses the config fails to
+// open with the plugin's own message.
+func TestConfigRefused(t *testing.T) {
+	_, err := OpenObjectStore(context.Background(), selfSpec(t, "badcfg"), testLog(t))
+	if err == nil || !strings.Contains(err.Error(), "badcfg: root is required") || !strings.Contains(err.Error(), `"test-badcfg"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// syncBuffer is a goroutine-safe buffer for log output.
+type syncBuffer struct {
+	mu chan struct{}
+	b  bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu <- struct{}{}
+	defer func() { <-s.mu }()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string {
+	s.mu <- struct{}{}
+	defer func() { <-s.mu }()
+	return s.b.String()
+}
+
+// TestPluginLogForwarded: a plugin's zerolog lines arrive in the host's
+// zerolog log with their level, message and fields, plus the plugin's name.
+func TestPluginLogForwarded(t *testing.T) {
+	buf := newSyncBuffer()
+	spec := selfSpec(t, "log")
+	spec.ConfigJSON = []byte(`{"root":"/data"}`)
+	st, err := OpenObjectStore(context.Background(), spec, zerolog.New(buf).Level(zerolog.DebugLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line, plain map[string]any
+	deadline := time.Now().Add(5 * time.Second)
+	for (line == nil || plain == nil) && time.Now().Before(deadline) {
+		for _, l := range strings.Split(buf.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil {
+				continue
+			}
+			switch m["message"] {
+			case "hello from the plugin":
+				line = m
+			case "a plain stderr line":
+				plain = m
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if line == nil {
+		t.Fatalf("the plugin's log line did not reach the host log:\n%s", buf.String())
+	}
+	if line["level"] != "warn" || line["plugin"] != "test-log" || line["answer"] != "forty-two" {
+		t.Fatalf("forwarded line lost level or fields: %v", line)
+	}
+	if cfg, _ := line["config"].(map[string]any); cfg["root"] != "/data" {
+		t.Fatalf("forwarded line lost the nested config field: %v", line)
+	}
+	if plain == nil || plain["plugin"] != "test-log" {
+		t.Fatalf("a plain stderr line of the plugin did not reach the host log with the plugin's name: %v\n%s", plain, buf.String())
+	}
+}
+
+// TestCloseStopsProcess: Close stops the plugin process, and later calls
+// fail with ErrClosed without restarting it.
+func TestCloseStopsProcess(t *testing.T) {
+	st, err := OpenObjectStore(context.Background(), selfSpec(t, "memory"), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := st.cur.Load()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !inst.proc.exited() {
+		t.Fatal("plugin process still running after Close")
+	}
+	if _, err := st.Stat(context.Background(), "k"); !errors.Is(err, objectstore.ErrClosed) {
+		t.Fatalf("Stat after Close: %v", err)
+	}
+	if st.PID() != 0 || st.Restarts() != 0 {
+		t.Fatalf("after Close: pid %d restarts %d", st.PID(), st.Restarts())
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
