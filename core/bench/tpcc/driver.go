@@ -69,6 +69,9 @@ type Options struct {
 	// OnWindow, if set, is called when the timed window starts (after
 	// ramp-up), so samplers can align to it.
 	OnWindow func()
+	// BeforeWindow, if set, runs after ramp-up, before the window's opening
+	// snapshot (for example a CHECKPOINT); the users keep running.
+	BeforeWindow func(ctx context.Context) error
 	// OnWindowEnd, if set, is called right after the window's closing
 	// snapshot, before the virtual users stop.
 	OnWindowEnd func()
@@ -236,6 +239,12 @@ ramp:
 	}
 
 	// Timed window.
+	if opts.BeforeWindow != nil {
+		if err := opts.BeforeWindow(ctx); err != nil {
+			stopAll()
+			return nil, fmt.Errorf("tpcc: before window: %w", err)
+		}
+	}
 	s0, err := snapshot(ctx, mon)
 	if err != nil {
 		stopAll()

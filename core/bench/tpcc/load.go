@@ -124,7 +124,9 @@ func Load(ctx context.Context, opts LoadOptions) error {
 				return false
 			}
 		}
-		if !send(func(ctx context.Context, c *pgx.Conn) error { return loadItems(ctx, c, NewRand(opts.Seed+1, LoadConstants), count) }) {
+		if !send(func(ctx context.Context, c *pgx.Conn) error {
+			return loadItems(ctx, c, NewRand(opts.Seed+1, LoadConstants), count)
+		}) {
 			return nil
 		}
 		for w := 1; w <= opts.Warehouses; w++ {

@@ -1,0 +1,78 @@
+package matrix
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestScheduleInterleaves(t *testing.T) {
+	m, err := Parse([]byte(`
+name: t
+targets:
+  - {name: a, kind: stock}
+  - {name: b, kind: stock-sync}
+settings:
+  full_page_writes: [on, off]
+  shared_buffers: 128MB
+virtual_users: [1, 4]
+warehouses: 2
+duration: 10s
+repeats: 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := m.Configs()
+	if len(cs) != 2*2*2 {
+		t.Fatalf("%d configs", len(cs))
+	}
+	if cs[0].Label() != "a full_page_writes=on shared_buffers=128MB wh=2 vus=1" {
+		t.Fatalf("label %q", cs[0].Label())
+	}
+	if cs[0].Duration != 10*time.Second || cs[0].Rampup != 10*time.Second || cs[0].Warehouses != 2 {
+		t.Fatalf("config %+v", cs[0])
+	}
+	s := m.Schedule()
+	if len(s) != 24 {
+		t.Fatalf("%d runs", len(s))
+	}
+	// Interleaved: every configuration once before any repeats.
+	for i, r := range s {
+		if r.Repeat != i/8+1 || r.Label() != cs[i%8].Label() {
+			t.Fatalf("run %d = repeat %d %s", i, r.Repeat, r.Label())
+		}
+	}
+	if m.P95() != 20*time.Millisecond || !m.VerifyEnabled() {
+		t.Fatal("defaults")
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	for _, y := range []string{
+		`targets: [{kind: stock}]`,
+		`name: x`,
+		"name: x\ntargets: [{kind: stock}]\nvirtual_users: [0]",
+		"name: x\ntargets: [{kind: stock}]\nduration: soon",
+		"name: x\ntargets: [{kind: stock}]\nunknown_key: 1",
+		"name: x\nworkload: ycsb\ntargets: [{kind: stock}]",
+	} {
+		if _, err := Parse([]byte(y)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: err = %v", y, err)
+		}
+	}
+}
+
+// TestShippedConfigs parses every matrix in configs/bench.
+func TestShippedConfigs(t *testing.T) {
+	files, _ := filepath.Glob("../../../configs/bench/*.yaml")
+	if len(files) == 0 {
+		t.Skip("no configs/bench/*.yaml")
+	}
+	for _, f := range files {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
