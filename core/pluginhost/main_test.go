@@ -84,7 +84,7 @@ var (
 // plugins are built once per test binary, into a temporary directory that
 // TestMain removes.
 var pluginPkgs = map[string]string{
-	"objectstore-memory":   "./examples/objectstore-memory",
+	"objectstore-memory":    "./examples/objectstore-memory",
 	"strata-objectstore-fs": "./plugins/objectstore/fs/cmd/strata-objectstore-fs",
 }
 
