@@ -55,8 +55,9 @@ func (m *Memory) Put(ctx context.Context, key string, r io.Reader, opts PutOptio
 		return err
 	}
 	var buf bytes.Buffer
-	if opts.Size > 0 {
-		buf.Grow(int(opts.Size))
+	if opts.Size >= 0 {
+		// Room for the body and for ReadFrom's final read that sees EOF.
+		buf.Grow(int(opts.Size) + bytes.MinRead)
 	}
 	n, err := io.Copy(&buf, ContextReader(ctx, r))
 	if err != nil {

@@ -62,6 +62,11 @@ type Store struct {
 	log  zerolog.Logger
 	tmp  *tmpArea
 
+	// dirMu keeps this Store's Deletes from removing a directory between a
+	// Put's mkdir and its rename into it (Puts hold it shared). Stores in
+	// other processes can still do that: Put then tries again.
+	dirMu sync.RWMutex
+
 	closed atomic.Bool
 }
 
@@ -171,32 +176,47 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		return objectstore.ErrClosed
 	}
 
-	// Move into place. A concurrent Delete may remove the directories we
-	// create before we fill them: then try again.
+	dir := filepath.Dir(path)
+	created, err := s.place(tmpName, path, opts.IfNotExists)
+	if err != nil {
+		return fmt.Errorf("fs: put %q: %w", key, err)
+	}
+	return s.syncDirs(dir, created)
+}
+
+// place moves (or, for a conditional create, links) the temporary file
+// into place, creating the directories it needs, and returns those. A
+// Delete in another process may remove the directories we create before we
+// fill them: then it tries again.
+func (s *Store) place(tmpName, path string, ifNotExists bool) ([]string, error) {
 	dir := filepath.Dir(path)
 	var created []string
+	s.dirMu.RLock()
+	defer s.dirMu.RUnlock()
 	for attempt := 0; ; attempt++ {
 		c, err := s.mkdirs(dir)
-		if err != nil {
-			return fmt.Errorf("fs: put %q: %w", key, err)
-		}
 		created = append(created, c...)
-		if opts.IfNotExists {
+		if err != nil {
+			if errors.Is(err, iofs.ErrNotExist) && attempt < 100 {
+				continue // a parent was removed meanwhile
+			}
+			return created, err
+		}
+		if ifNotExists {
 			err = os.Link(tmpName, path)
 			if errors.Is(err, iofs.ErrExist) {
-				return fmt.Errorf("fs: put %q (%s): %w", key, path, objectstore.ErrExists)
+				return created, fmt.Errorf("%s: %w", path, objectstore.ErrExists)
 			}
 		} else {
 			err = os.Rename(tmpName, path)
 		}
 		if err == nil {
-			break
+			return created, nil
 		}
-		if !errors.Is(err, iofs.ErrNotExist) || attempt >= 10 {
-			return fmt.Errorf("fs: put %q: moving %s into place: %w", key, tmpName, err)
+		if !errors.Is(err, iofs.ErrNotExist) || attempt >= 100 {
+			return created, fmt.Errorf("moving %s into place: %w", tmpName, err)
 		}
 	}
-	return s.syncDirs(dir, created)
 }
 
 // mkdirs creates dir and its missing parents and returns the ones it
@@ -425,9 +445,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("fs: delete %q: unlink %s: %w", key, path, err)
 	}
 	dir := filepath.Dir(path)
+	s.dirMu.Lock()
 	for dir != s.root && syscall.Rmdir(dir) == nil {
 		dir = filepath.Dir(dir)
 	}
+	s.dirMu.Unlock()
 	if !s.cfg.NoSync {
 		if err := syncDir(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 			return fmt.Errorf("fs: delete %q: fsync %s: %w", key, dir, err)
