@@ -352,3 +352,34 @@ func TestCloseStopsProcess(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestFSPluginSurvivesCrash: the fs plugin is killed during a Get; after
+// the restart, what it stored before the crash is still served.
+func TestFSPluginSurvivesCrash(t *testing.T) {
+	path, sum := buildPlugin(t, "strata-objectstore-fs")
+	cfg, _ := json.Marshal(map[string]string{"root": t.TempDir()})
+	st := openExternal(t, Spec{Name: "fs", Path: path, SHA256: sum, ConfigJSON: cfg})
+	const size = 48 << 20
+	data := storetest.Pattern{Seed: 9}.Bytes(0, size)
+	putBytes(t, st, "kept", data)
+	rc, err := st.GetRange(context.Background(), "kept", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.ReadFull(rc, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	pid := st.PID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(io.Discard, rc)
+	wantCrashError(t, "reading from a killed fs plugin", err, "fs", pid)
+	if got := getBytes(t, st, "kept"); !bytes.Equal(got, data) {
+		t.Fatalf("after restart: got %d bytes, want the %d stored before the crash", len(got), len(data))
+	}
+	if st.Restarts() != 1 || st.PID() == pid {
+		t.Fatalf("restarts %d, pid %d (old %d)", st.Restarts(), st.PID(), pid)
+	}
+}
