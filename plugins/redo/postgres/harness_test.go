@@ -21,8 +21,19 @@ import (
 type workloadWAL struct {
 	Dir        string // copy of the segments
 	Start, End pg.LSN
-	PGWal      string // the server's pg_wal, for pg_waldump
-	srv        *pgtest.Server
+	srv        *pgtest.Server // stopped once the first test using it ends
+}
+
+// tempDirs outlive single tests (the WAL copy is shared) and are removed
+// by TestMain.
+var tempDirs []string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range tempDirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
 }
 
 var (
@@ -89,18 +100,25 @@ func runWorkload(t *testing.T) (w *workloadWAL, err error) {
 	s.Exec("postgres", "insert into t (n, v) select g % 50, 'again' from generate_series(1, 300) g")
 	s.Exec("postgres", "checkpoint")
 	end := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
-	w = &workloadWAL{PGWal: filepath.Join(s.DataDir, "pg_wal"), srv: s}
+	w = &workloadWAL{srv: s}
+	pgWal := filepath.Join(s.DataDir, "pg_wal")
 	if w.Start, err = pg.ParseLSN(start); err != nil {
 		return nil, err
 	}
 	if w.End, err = pg.ParseLSN(end); err != nil {
 		return nil, err
 	}
-	w.Dir = t.TempDir()
 	if d := os.Getenv("STRATA_WAL_OUT"); d != "" {
 		w.Dir = d
+	} else if w.Dir, err = os.MkdirTemp("", "strata-wal-"); err != nil {
+		return nil, err
+	} else {
+		tempDirs = append(tempDirs, w.Dir)
 	}
-	ents, err := os.ReadDir(w.PGWal)
+	if err := pgtest.Chown(w.Dir); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(pgWal)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +126,7 @@ func runWorkload(t *testing.T) (w *workloadWAL, err error) {
 		if len(e.Name()) != 24 {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(w.PGWal, e.Name()))
+		b, err := os.ReadFile(filepath.Join(pgWal, e.Name()))
 		if err != nil {
 			return nil, err
 		}
