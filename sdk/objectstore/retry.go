@@ -26,6 +26,13 @@ type RetryPolicy struct {
 	// MaxElapsed bounds the time spent on one call: no retry starts after
 	// it (a negative value means no bound).
 	MaxElapsed time.Duration
+	// ResumeReads makes a reader returned by Get or GetRange that fails
+	// transiently in the middle of the stream reopen the object at the next
+	// byte (with GetRange) instead of returning the error. It is only safe
+	// for objects that are never overwritten, as strata's are: if the key
+	// was replaced in between, the reader would return the start of one
+	// version and the end of another. Off by default.
+	ResumeReads bool
 }
 
 // DefaultRetryPolicy: 6 attempts, 100 ms doubling to at most 5 s, within
@@ -70,10 +77,8 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 //     *os.File, *bytes.Reader, *strings.Reader or *io.SectionReader. A
 //     retried conditional create (IfNotExists) whose earlier attempt did
 //     reach the backend before failing transiently reports ErrExists.
-//   - Get and GetRange, including failures of the returned reader in the
-//     middle of the stream: the reader reopens the object at the next byte
-//     with GetRange (this assumes the object was not replaced meanwhile,
-//     which strata's immutable objects guarantee).
+//   - Get and GetRange; failures of the returned reader in the middle of
+//     the stream only with p.ResumeReads (see there).
 //   - Stat and Delete.
 //   - List, resuming after the last key passed to fn, so fn never sees a
 //     key twice. An error returned by fn is never retried.
@@ -181,13 +186,14 @@ func (rs *retryStore) get(ctx context.Context, key string, off, length int64, op
 		rc, err = open()
 		return err
 	})
-	if err != nil {
-		return nil, err
+	if err != nil || !rs.p.ResumeReads {
+		return rc, err
 	}
 	return &retryReader{rs: rs, ctx: ctx, key: key, off: off, length: length, rc: rc}, nil
 }
 
-// retryReader reopens the object after a transient read failure.
+// retryReader reopens the object after a transient read failure
+// (RetryPolicy.ResumeReads).
 type retryReader struct {
 	rs          *retryStore
 	ctx         context.Context

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -41,14 +42,16 @@ func TestRetryMetricsAcceptance(t *testing.T) {
 }
 
 // TestRetryOverFaultyAcceptance runs the suite through a store that fails
-// one call in ten (and one read stream in twenty) transiently: the retry
-// wrapper must hide every failure.
+// one call in ten transiently (and one listing in five half-way): the retry
+// wrapper must hide every failure. Reads that fail mid-stream are not
+// injected: the suite overwrites keys, and resuming a read
+// (RetryPolicy.ResumeReads) is only safe for keys that are never
+// overwritten (see TestRetryResumeReads in package faulty).
 func TestRetryOverFaultyAcceptance(t *testing.T) {
 	var stores []*faulty.Store
 	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
 		f := faulty.New(objectstore.NewMemory(), faulty.Config{Seed: uint64(len(stores)), Rules: []faulty.Rule{
 			{Fault: faulty.FailCall, Transient: true, Probability: 0.1},
-			{Ops: faulty.OpGet | faulty.OpGetRange, Fault: faulty.FailStream, Transient: true, After: 100, Probability: 0.05},
 			{Ops: faulty.OpList, Fault: faulty.FailStream, Transient: true, After: 3, Probability: 0.2},
 		}})
 		stores = append(stores, f)
@@ -58,8 +61,9 @@ func TestRetryOverFaultyAcceptance(t *testing.T) {
 	for _, f := range stores {
 		fired += f.Fired()
 	}
-	// The suite makes thousands of calls: a tenth of them must have failed.
-	if fired < 100 {
+	// The whole suite makes thousands of calls: a tenth of them must have
+	// failed (unless -run picked a few subtests).
+	if flag.Lookup("test.run").Value.String() == "" && fired < 100 {
 		t.Fatalf("only %d faults were injected: the test does not test retries", fired)
 	}
 	t.Logf("%d faults injected and retried over %d stores", fired, len(stores))

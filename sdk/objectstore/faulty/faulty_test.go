@@ -136,7 +136,7 @@ func TestTransientErrorsAreRetriedOnEveryOp(t *testing.T) {
 	f := faulty.New(mem, faulty.Config{Seed: 3})
 	// Half the calls fail: allow enough attempts that giving up is unlikely
 	// (0.5^29).
-	s := objectstore.WithRetry(f, objectstore.RetryPolicy{MaxAttempts: 30, InitialBackoff: time.Microsecond, MaxBackoff: time.Millisecond}, zerolog.Nop())
+	s := objectstore.WithRetry(f, objectstore.RetryPolicy{MaxAttempts: 30, InitialBackoff: time.Microsecond, MaxBackoff: time.Millisecond, ResumeReads: true}, zerolog.Nop())
 	for i := 0; i < 10; i++ {
 		if err := mem.Put(ctx, fmt.Sprintf("k%d", i), bytes.NewReader(data(uint64(i), 50000)), objectstore.PutOptions{Size: 50000}); err != nil {
 			t.Fatal(err)
@@ -363,4 +363,22 @@ func TestFaultyAcceptanceWithoutRules(t *testing.T) {
 	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
 		return faulty.New(objectstore.NewMemory(), faulty.Config{})
 	}, storetest.Options{StrictClose: true, BigSize: 8 << 20})
+}
+
+func TestMidStreamReadFailureWithoutResume(t *testing.T) {
+	ctx := context.Background()
+	s, f, mem := stack(t) // policy without ResumeReads
+	if err := mem.Put(ctx, "k", bytes.NewReader(data(1, 50000)), objectstore.PutOptions{Size: 50000}); err != nil {
+		t.Fatal(err)
+	}
+	f.Add(faulty.Rule{Ops: faulty.OpGet, Fault: faulty.FailStream, After: 7000, Transient: true, Times: 1})
+	rc, err := s.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if !objectstore.IsTransient(err) || len(b) != 7000 {
+		t.Fatalf("read %d bytes, error %v; want 7000 bytes then the transient error", len(b), err)
+	}
 }

@@ -94,6 +94,8 @@ func RunOptions(t *testing.T, open func(t *testing.T) objectstore.Store, opts Op
 	}{
 		{"PutGet", s.testPutGet},
 		{"Overwrite", s.testOverwrite},
+		{"OverwriteAtomic", s.testOverwriteAtomic},
+		{"PutInProgressInvisible", s.testPutInProgress},
 		{"GetRange", s.testGetRange},
 		{"Stat", s.testStat},
 		{"NotFound", s.testNotFound},
