@@ -35,6 +35,11 @@ type Desc struct {
 	Size     int64          `json:"size"`
 	Count    int64          `json:"count"`
 	MaxSeq   uint64         `json:"max_seq"`
+	// Level is 0 for delta layers written by a flush, 1 for delta layers
+	// written by compaction; it is kept in the manifest, not in the file.
+	Level int `json:"level"`
+	// Uploaded is set once the object store holds the file (local manifest only).
+	Uploaded bool `json:"uploaded,omitempty"`
 }
 
 // Fill sets Keys from KeyStart/KeyEnd after decoding from JSON.

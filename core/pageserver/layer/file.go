@@ -144,7 +144,9 @@ type Source interface {
 type BytesSource []byte
 
 // ReadAt implements io.ReaderAt.
-func (b BytesSource) ReadAt(p []byte, off int64) (int, error) { return bytes.NewReader(b).ReadAt(p, off) }
+func (b BytesSource) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(b).ReadAt(p, off)
+}
 
 // Size implements Source.
 func (b BytesSource) Size() int64 { return int64(len(b)) }

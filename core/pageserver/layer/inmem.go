@@ -270,7 +270,7 @@ func WriteFiles(dir string, kind FileKind, versions []Version, targetSize int64,
 			size += int64(len(versions[j].Data)) + entrySize
 			j++
 		}
-		d, err := writeFile(dir, kind, versions[i:j], lsnStart, lsnEnd)
+		d, err := WriteFile(dir, kind, versions[i:j], keyspace.Range{}, lsnStart, lsnEnd)
 		if err != nil {
 			return out, err
 		}
@@ -280,7 +280,10 @@ func WriteFiles(dir string, kind FileKind, versions []Version, targetSize int64,
 	return out, nil
 }
 
-func writeFile(dir string, kind FileKind, vs []Version, lsnStart, lsnEnd pg.LSN) (Desc, error) {
+// WriteFile writes vs (sorted by Key, LSN, Seq) into one fsynced layer file
+// under dir, named by NewName. keys is the file's declared key range (zero:
+// exactly the keys of vs); lsnStart/lsnEnd as for Writer.Finish.
+func WriteFile(dir string, kind FileKind, vs []Version, keys keyspace.Range, lsnStart, lsnEnd pg.LSN) (Desc, error) {
 	tmp, err := os.CreateTemp(dir, "tmp-layer-*")
 	if err != nil {
 		return Desc{}, err
@@ -293,7 +296,7 @@ func writeFile(dir string, kind FileKind, vs []Version, lsnStart, lsnEnd pg.LSN)
 			return Desc{}, err
 		}
 	}
-	d, err := w.Finish(keyspace.Range{}, lsnStart, lsnEnd)
+	d, err := w.Finish(keys, lsnStart, lsnEnd)
 	if err != nil {
 		return Desc{}, err
 	}

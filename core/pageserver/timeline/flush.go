@@ -1,0 +1,642 @@
+package timeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// maybeFreeze freezes the open layer when it is too big, spans too many
+// LSN bytes or is too old, and wakes the background loop.
+func (t *Timeline) maybeFreeze() {
+	t.mu.Lock()
+	b, _, lo, hi, _, created := t.open.Stats()
+	need := b >= t.opts.CheckpointDistance || (hi >= lo && uint64(hi-lo) >= t.opts.CheckpointLSNDistance) ||
+		(b > 0 && t.d.Now().Sub(created) >= t.opts.CheckpointTimeout)
+	if need {
+		if err := t.freezeLocked(); err != nil {
+			t.log.Error().Err(err).Msg("freeze")
+		}
+	}
+	t.mu.Unlock()
+	if need {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// freezeLocked freezes the open layer and starts a new one. REQUIRES: t.mu.
+func (t *Timeline) freezeLocked() error {
+	if t.open.Empty() {
+		return nil
+	}
+	if err := t.open.Freeze(); err != nil {
+		return err
+	}
+	t.frozen = append(t.frozen, t.open)
+	return t.newOpenLocked()
+}
+
+// Flush freezes the open layer and writes every frozen layer out as L0
+// delta layer files, then saves the local manifest. Pending (gated)
+// versions are not flushed.
+func (t *Timeline) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	err := t.freezeLocked()
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return t.flushFrozen(ctx)
+}
+
+func (t *Timeline) flushFrozen(ctx context.Context) error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	for {
+		t.mu.RLock()
+		if len(t.frozen) == 0 {
+			t.mu.RUnlock()
+			return nil
+		}
+		fz := t.frozen[0]
+		t.mu.RUnlock()
+		descs, err := layer.WriteFiles(t.dir, layer.DeltaLayer, fz.Sorted(), t.opts.LayerTargetSize, 0, 0)
+		if err != nil {
+			return fmt.Errorf("timeline: flush: %w", err)
+		}
+		var hs []*handle
+		var bytes int64
+		for _, d := range descs {
+			hs = append(hs, t.newHandle(d))
+			bytes += d.Size
+		}
+		_, _, _, hi, _, _ := fz.Stats()
+		t.mu.Lock()
+		t.layers = t.layers.Replace(nil, hs...)
+		t.frozen = t.frozen[1:]
+		t.lsnTimes = append(t.lsnTimes, lsnTime{t: t.d.Now(), lsn: hi})
+		if len(t.lsnTimes) > 4096 {
+			t.lsnTimes = t.lsnTimes[len(t.lsnTimes)-2048:]
+		}
+		t.mu.Unlock()
+		if err := t.saveLocal(); err != nil {
+			return err
+		}
+		if err := fz.Remove(); err != nil {
+			return err
+		}
+		if t.d.Metrics != nil {
+			t.d.Metrics.flushedBytes.Add(float64(bytes))
+		}
+		t.log.Debug().Int("files", len(descs)).Int64("bytes", bytes).Msg("flushed in-memory layer")
+	}
+}
+
+// manifestLocked builds the manifest of the current layers. REQUIRES: t.mu.
+func (t *Timeline) manifestLocked() *manifest.Manifest {
+	m := &manifest.Manifest{
+		Version:     1,
+		Timeline:    t.id.String(),
+		AncestorLSN: t.d.AncestorLSN,
+		Generation:  t.gen,
+		GCCutoff:    t.gcCutoff,
+		MaxSeq:      t.seq.Load(),
+		WrittenAt:   t.d.Now().UTC(),
+	}
+	if t.d.Ancestor != nil {
+		m.Ancestor = t.d.Ancestor.id.String()
+	}
+	// Everything below the oldest version not yet in layer files is in them.
+	dcl := pg.LSN(t.lastRecord.Load())
+	for _, mem := range append([]*layer.InMem{t.open}, t.frozen...) {
+		if _, _, lo, hi, _, _ := mem.Stats(); hi >= lo && lo > 0 && lo-1 < dcl {
+			dcl = lo - 1
+		}
+	}
+	for _, p := range t.pending {
+		if p.LSN > 0 && p.LSN-1 < dcl {
+			dcl = p.LSN - 1
+		}
+	}
+	m.DiskConsistentLSN = dcl
+	for _, h := range t.layers.All() {
+		d := h.desc
+		h.mu.RLock()
+		d.Uploaded = h.uploaded
+		h.mu.RUnlock()
+		m.Layers = append(m.Layers, d)
+	}
+	sort.Slice(m.Layers, func(i, j int) bool { return m.Layers[i].Name < m.Layers[j].Name })
+	return m
+}
+
+func (t *Timeline) saveLocal() error {
+	t.mu.RLock()
+	m := t.manifestLocked()
+	t.mu.RUnlock()
+	return manifest.SaveLocal(filepath.Join(t.dir, manifestFile), m)
+}
+
+// Upload uploads every layer file not yet in the object store (in
+// parallel), then publishes the next manifest generation, then deletes the
+// objects of layers that the new manifest no longer names. It returns
+// manifest.ErrFenced when another pageserver published first.
+func (t *Timeline) Upload(ctx context.Context) error {
+	if t.d.Remote == nil {
+		return nil
+	}
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.RLock()
+	if t.fenced {
+		t.mu.RUnlock()
+		return manifest.ErrFenced
+	}
+	m := t.manifestLocked()
+	removed := append([]string(nil), t.removed...)
+	hs := append([]*handle(nil), t.layers.All()...)
+	t.mu.RUnlock()
+	var up []layer.Desc
+	var bytes int64
+	for i := range m.Layers {
+		if !m.Layers[i].Uploaded { // as of manifestLocked
+			up = append(up, m.Layers[i])
+			bytes += m.Layers[i].Size
+			m.Layers[i].Uploaded = true
+		}
+	}
+	if len(up) == 0 && len(removed) == 0 && m.DiskConsistentLSN == pg.LSN(t.remoteLSN.Load()) && t.gen > 0 {
+		return nil
+	}
+	byName := map[string]*handle{}
+	for _, h := range hs {
+		byName[h.desc.Name] = h
+	}
+	// A layer in the object store is marked at once, so a retry after a
+	// partial failure uploads only the rest.
+	markUploaded := func(name string) {
+		if h := byName[name]; h != nil {
+			h.mu.Lock()
+			h.uploaded = true
+			h.mu.Unlock()
+		}
+	}
+	if err := t.d.Remote.UploadLayers(ctx, t.id, t.dir, up, markUploaded); err != nil {
+		t.uploadFailed()
+		return err
+	}
+	m.Generation = t.gen + 1
+	if err := t.d.Remote.Publish(ctx, t.id, m); err != nil {
+		if errors.Is(err, manifest.ErrFenced) {
+			t.mu.Lock()
+			t.fenced = true
+			t.mu.Unlock()
+			t.log.Error().Err(err).Msg("fenced: another pageserver owns this timeline; uploads stop")
+		}
+		t.uploadFailed()
+		return err
+	}
+	if t.d.Metrics != nil {
+		t.d.Metrics.uploadedBytes.Add(float64(bytes))
+	}
+	published := map[string]bool{}
+	for _, d := range m.Layers {
+		published[d.Name] = true
+	}
+	for _, h := range hs {
+		if published[h.desc.Name] {
+			h.mu.Lock()
+			h.uploaded = true
+			h.mu.Unlock()
+		}
+	}
+	t.mu.Lock()
+	t.gen = m.Generation
+	t.removed = t.removed[len(removed):]
+	t.mu.Unlock()
+	t.remoteLSN.Store(uint64(m.DiskConsistentLSN))
+	if err := t.saveLocal(); err != nil {
+		return err
+	}
+	// Invariant 5: the objects go only now that a durable newer manifest
+	// does not name them. Keep the previous manifest generation.
+	if err := t.d.Remote.DeleteLayers(ctx, t.id, removed); err != nil {
+		t.log.Warn().Err(err).Msg("deleting dropped layers (left as garbage)")
+	}
+	if m.Generation > 2 {
+		if err := t.d.Remote.PruneManifests(ctx, t.id, m.Generation-1); err != nil {
+			t.log.Warn().Err(err).Msg("pruning old manifests")
+		}
+	}
+	return nil
+}
+
+func (t *Timeline) uploadFailed() {
+	if t.d.Metrics != nil {
+		t.d.Metrics.uploadErrors.Inc()
+	}
+}
+
+// replaceLayers swaps layers in the map, saves the local manifest, and
+// deletes the dropped files locally (and, after the next upload, remotely).
+// REQUIRES: t.flushMu held.
+func (t *Timeline) replaceLayers(drop []*handle, add []*handle) error {
+	gone := map[*handle]bool{}
+	for _, h := range drop {
+		gone[h] = true
+	}
+	t.mu.Lock()
+	t.layers = t.layers.Replace(func(h *handle) bool { return gone[h] }, add...)
+	for _, h := range drop {
+		if h.uploaded {
+			t.removed = append(t.removed, h.desc.Name)
+		}
+	}
+	t.mu.Unlock()
+	if err := t.saveLocal(); err != nil {
+		return err
+	}
+	for _, h := range drop {
+		h.remove()
+	}
+	t.d.Metrics.observeLayers(t)
+	return nil
+}
+
+// Compact merges the L0 delta layers into L1 delta layers split by key
+// range, when there are at least CompactionThreshold of them (force: at
+// least 2). Versions hidden below a base version at or below the GC cutoff
+// are dropped on the way.
+func (t *Timeline) Compact(ctx context.Context, force bool) error {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.RLock()
+	var l0 []*handle
+	for _, h := range t.layers.All() {
+		if h.desc.IsDelta() && h.desc.Level == 0 {
+			l0 = append(l0, h)
+		}
+	}
+	cutoff := t.gcCutoff
+	t.mu.RUnlock()
+	if len(l0) < 2 || (!force && len(l0) < t.opts.CompactionThreshold) {
+		return nil
+	}
+	var all []layer.Version
+	lsnStart, lsnEnd := ^pg.LSN(0), pg.LSN(0)
+	for _, h := range l0 {
+		r, err := h.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < r.Len(); i++ {
+			v, err := r.Version(r.Entry(i))
+			if err != nil {
+				h.release()
+				return err
+			}
+			all = append(all, v)
+		}
+		h.release()
+		lsnStart, lsnEnd = min(lsnStart, h.desc.LSNStart), max(lsnEnd, h.desc.LSNEnd)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(&all[j]) })
+	all = dropHidden(all, cutoff)
+	descs, err := layer.WriteFiles(t.dir, layer.DeltaLayer, all, t.opts.LayerTargetSize, lsnStart, lsnEnd)
+	if err != nil {
+		return fmt.Errorf("timeline: compaction: %w", err)
+	}
+	var hs []*handle
+	for _, d := range descs {
+		d.Level = 1
+		hs = append(hs, t.newHandle(d))
+	}
+	t.log.Debug().Int("inputs", len(l0)).Int("outputs", len(hs)).Msg("compacted L0")
+	return t.replaceLayers(l0, hs)
+}
+
+// dropHidden removes duplicates and, per key, the versions older than the
+// newest base version at or below cutoff (no read at or above the cutoff
+// can need them). vs is sorted by (Key, LSN, Seq).
+func dropHidden(vs []layer.Version, cutoff pg.LSN) []layer.Version {
+	out := vs[:0]
+	for i := 0; i < len(vs); {
+		j := i
+		for j < len(vs) && vs[j].Key == vs[i].Key {
+			j++
+		}
+		start := i
+		for k := j - 1; k >= i; k-- {
+			if vs[k].LSN <= cutoff && vs[k].Kind.IsBase() {
+				start = k
+				break
+			}
+		}
+		for k := start; k < j; k++ {
+			if k > start && vs[k].LSN == vs[k-1].LSN && vs[k].Seq == vs[k-1].Seq {
+				continue
+			}
+			out = append(out, vs[k])
+		}
+		i = j
+	}
+	return out
+}
+
+// CreateImageLayer materializes every key of the timeline at lsn (its own
+// keys and, for a branch, its ancestors') into image layers that together
+// cover the whole key space. lsn must be at or below the last record LSN
+// and no pending version may be at or below it.
+func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
+	l := t.LSNs()
+	if lsn > l.Durable {
+		return fmt.Errorf("timeline: image layer at %s above the durable LSN %s", lsn, l.Durable)
+	}
+	// Versions below lsn may still sit in in-memory layers: flush first.
+	if err := t.Flush(ctx); err != nil {
+		return err
+	}
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	// The images rank above every version that exists now (all of them
+	// are in memory or layers, with smaller Seqs) and below any later
+	// write at the same LSN.
+	t.mu.Lock()
+	imgSeq := t.seq.Add(1)
+	t.mu.Unlock()
+	var vs []layer.Version
+	err := t.ScanKeys(ctx, keyspace.All, lsn, func(k keyspace.Key) error {
+		cs, _, err := t.collect(ctx, k, lsn)
+		if err != nil {
+			return err
+		}
+		d, err := t.materialize(ctx, k, lsn, cs)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		vs = append(vs, layer.Version{Key: k, LSN: lsn, Seq: imgSeq, Kind: layer.Image, Data: d})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Split into files at key boundaries; declared ranges tile the key space.
+	var hs []*handle
+	start := keyspace.Key{}
+	for i := 0; i < len(vs) || len(hs) == 0; {
+		j, size := i, int64(0)
+		for j < len(vs) && (j == i || size < t.opts.LayerTargetSize) {
+			size += int64(len(vs[j].Data))
+			j++
+		}
+		end := keyspace.MaxKey
+		if j < len(vs) {
+			end = vs[j].Key
+		}
+		d, err := layer.WriteFile(t.dir, layer.ImageLayer, vs[i:j], keyspace.Range{Start: start, End: end}, lsn, lsn+1)
+		if err != nil {
+			return err
+		}
+		hs = append(hs, t.newHandle(d))
+		start, i = end, j
+	}
+	t.log.Debug().Int("keys", len(vs)).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
+	return t.replaceLayers(nil, hs)
+}
+
+// SetRetainLSNs tells the timeline which LSNs its children branch at; GC
+// keeps what reads at those LSNs need.
+func (t *Timeline) SetRetainLSNs(ls []pg.LSN) {
+	t.mu.Lock()
+	t.retain = append([]pg.LSN(nil), ls...)
+	t.mu.Unlock()
+}
+
+// GCCutoff computes the cutoff that retention allows now: below the last
+// record by GCHorizon, older than PITR, and not above any branch point.
+func (t *Timeline) gcCutoffNow() pg.LSN {
+	last := pg.LSN(t.lastRecord.Load())
+	if uint64(last) <= t.opts.GCHorizon {
+		return 0
+	}
+	c := last - pg.LSN(t.opts.GCHorizon)
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.opts.PITR > 0 {
+		limit := t.d.Now().Add(-t.opts.PITR)
+		var p pg.LSN
+		for _, lt := range t.lsnTimes {
+			if lt.t.Before(limit) || lt.t.Equal(limit) {
+				p = lt.lsn
+			}
+		}
+		c = min(c, p)
+	}
+	for _, r := range t.retain {
+		c = min(c, r)
+	}
+	return max(c, t.gcCutoff)
+}
+
+// GC raises the GC cutoff as retention allows and deletes the layer files
+// that no read at or above the cutoff needs: a layer wholly below the
+// cutoff with image layers newer than it (and at or below the cutoff)
+// covering its whole key range. It returns the number of layers removed.
+func (t *Timeline) GC(ctx context.Context) (int, error) {
+	cutoff := t.gcCutoffNow()
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.Lock()
+	t.gcCutoff = max(t.gcCutoff, cutoff)
+	cutoff = t.gcCutoff
+	all := t.layers.All()
+	t.mu.Unlock()
+	var images []*handle
+	for _, h := range all {
+		if !h.desc.IsDelta() && h.desc.LSNStart <= cutoff {
+			images = append(images, h)
+		}
+	}
+	var drop []*handle
+	for _, h := range all {
+		if h.desc.LSNEnd > cutoff || h.desc.LSNEnd == 0 {
+			continue
+		}
+		var cover []keyspace.Range
+		for _, im := range images {
+			if im != h && im.desc.LSNStart >= h.desc.LSNEnd && im.desc.Keys.Overlaps(h.desc.Keys) {
+				cover = append(cover, im.desc.Keys)
+			}
+		}
+		if covers(cover, h.desc.Keys) {
+			drop = append(drop, h)
+		}
+	}
+	if len(drop) == 0 {
+		return 0, t.saveLocal()
+	}
+	t.log.Debug().Int("layers", len(drop)).Stringer("cutoff", cutoff).Msg("gc")
+	return len(drop), t.replaceLayers(drop, nil)
+}
+
+// covers reports whether the union of rs covers r.
+func covers(rs []keyspace.Range, r keyspace.Range) bool {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Less(rs[j].Start) })
+	at := r.Start
+	for _, x := range rs {
+		if at.Less(x.Start) {
+			return false
+		}
+		if at.Less(x.End) {
+			at = x.End
+		}
+		if !at.Less(r.End) {
+			return true
+		}
+	}
+	return !at.Less(r.End)
+}
+
+// EvictCold deletes local copies of uploaded layers, least recently used
+// first, until the local layer bytes are at most MaxLocalBytes. Evicted
+// layers are fetched again on demand.
+func (t *Timeline) EvictCold() int {
+	if t.opts.MaxLocalBytes <= 0 || t.d.Remote == nil {
+		return 0
+	}
+	t.mu.RLock()
+	all := append([]*handle(nil), t.layers.All()...)
+	t.mu.RUnlock()
+	var local []*handle
+	var used int64
+	for _, h := range all {
+		if h.isLocal() {
+			local = append(local, h)
+			used += h.desc.Size
+		}
+	}
+	sort.Slice(local, func(i, j int) bool { return local[i].lastUse.Load() < local[j].lastUse.Load() })
+	n := 0
+	for _, h := range local {
+		if used <= t.opts.MaxLocalBytes {
+			break
+		}
+		if h.evict() {
+			used -= h.desc.Size
+			n++
+			if t.d.Metrics != nil {
+				t.d.Metrics.evictions.Inc()
+			}
+		}
+	}
+	return n
+}
+
+// LocalBytes returns the bytes of layer files on local disk.
+func (t *Timeline) LocalBytes() int64 {
+	t.mu.RLock()
+	all := t.layers.All()
+	t.mu.RUnlock()
+	var n int64
+	for _, h := range all {
+		if st, err := os.Stat(h.path()); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// Layers returns the descriptions of the current layer files.
+func (t *Timeline) Layers() []layer.Desc {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []layer.Desc
+	for _, h := range t.layers.All() {
+		out = append(out, h.desc)
+	}
+	return out
+}
+
+// background runs the periodic work: release gated versions, freeze by
+// age, flush, compact, create image layers, GC, upload, evict.
+func (t *Timeline) background() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.opts.BackgroundInterval)
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	var nextUpload time.Time
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		case <-t.kick:
+		}
+		ctx := context.Background()
+		if err := t.CommitAdvanced(); err != nil {
+			t.log.Error().Err(err).Msg("releasing gated versions")
+		}
+		t.maybeFreeze()
+		if err := t.flushFrozen(ctx); err != nil {
+			t.log.Error().Err(err).Msg("flush")
+		}
+		if err := t.Compact(ctx, false); err != nil {
+			t.log.Error().Err(err).Msg("compaction")
+		}
+		if n, b := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b) {
+			if err := t.CreateImageLayer(ctx, t.LSNs().Durable); err != nil {
+				t.log.Error().Err(err).Msg("image layer")
+			}
+		}
+		if _, err := t.GC(ctx); err != nil {
+			t.log.Error().Err(err).Msg("gc")
+		}
+		if t.d.Remote != nil && !t.d.Now().Before(nextUpload) {
+			if err := t.Upload(ctx); err != nil {
+				backoff = min(max(2*backoff, 100*time.Millisecond), 30*time.Second)
+				nextUpload = t.d.Now().Add(backoff)
+				t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("upload")
+			} else {
+				backoff = 0
+			}
+		}
+		t.EvictCold()
+		t.d.Metrics.observeLayers(t)
+	}
+}
+
+// deltasSinceImage counts the delta layers (and their bytes) that end
+// above the newest image layer.
+func (t *Timeline) deltasSinceImage() (int, int64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var img pg.LSN
+	for _, h := range t.layers.All() {
+		if !h.desc.IsDelta() {
+			img = max(img, h.desc.LSNStart)
+		}
+	}
+	n, b := 0, int64(0)
+	for _, h := range t.layers.All() {
+		if h.desc.IsDelta() && h.desc.LSNEnd > img+1 {
+			n++
+			b += h.desc.Size
+		}
+	}
+	return n, b
+}

@@ -1,0 +1,85 @@
+package timeline
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the engine's Prometheus metrics, shared by all timelines of
+// a pageserver. A nil *Metrics records nothing.
+type Metrics struct {
+	reads         prometheus.Counter
+	cacheHits     prometheus.Counter
+	readAmp       prometheus.Histogram
+	layers        *prometheus.GaugeVec
+	lastRecord    *prometheus.GaugeVec
+	ingestLag     *prometheus.GaugeVec
+	uploadLag     *prometheus.GaugeVec
+	pending       *prometheus.GaugeVec
+	flushedBytes  prometheus.Counter
+	uploadedBytes prometheus.Counter
+	downloadBytes prometheus.Counter
+	evictions     prometheus.Counter
+	uploadErrors  prometheus.Counter
+}
+
+// NewMetrics registers the engine metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reads:         prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_reads_total", Help: "Key reads (GetPage, Nblocks, file blocks)."}),
+		cacheHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_cache_hits_total", Help: "Reads answered by the materialized page cache."}),
+		readAmp:       prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_pageserver_read_amplification", Help: "Layer files consulted per uncached read.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64}}),
+		layers:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_layers", Help: "Layer files per timeline, kind and level."}, []string{"timeline", "kind", "level"}),
+		lastRecord:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_last_record_lsn", Help: "Highest LSN ingested or put."}, []string{"timeline"}),
+		ingestLag:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_ingest_lag_bytes", Help: "Commit LSN minus last record LSN."}, []string{"timeline"}),
+		uploadLag:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_upload_lag_bytes", Help: "Last record LSN minus remote consistent LSN."}, []string{"timeline"}),
+		pending:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_gate_pending_versions", Help: "Page writes waiting for the commit LSN."}, []string{"timeline"}),
+		flushedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_flushed_bytes_total", Help: "Bytes written to layer files by flushes."}),
+		uploadedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_uploaded_bytes_total", Help: "Layer bytes uploaded."}),
+		downloadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_downloaded_bytes_total", Help: "Layer bytes fetched on demand."}),
+		evictions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_evictions_total", Help: "Layer files evicted from local disk."}),
+		uploadErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_upload_errors_total", Help: "Failed upload rounds (retried)."}),
+	}
+	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
+		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors)
+	return m
+}
+
+func (m *Metrics) read(hit bool, layers int) {
+	if m == nil {
+		return
+	}
+	m.reads.Inc()
+	if hit {
+		m.cacheHits.Inc()
+	} else {
+		m.readAmp.Observe(float64(layers))
+	}
+}
+
+func (m *Metrics) downloaded(n int64) {
+	if m != nil {
+		m.downloadBytes.Add(float64(n))
+	}
+}
+
+func (m *Metrics) observeLayers(t *Timeline) {
+	if m == nil {
+		return
+	}
+	id := t.id.String()
+	t.mu.RLock()
+	st := t.layers.Stats()
+	t.mu.RUnlock()
+	m.layers.DeletePartialMatch(prometheus.Labels{"timeline": id})
+	m.layers.WithLabelValues(id, "image", "").Set(float64(st.Images))
+	for lvl, n := range st.ByLevel {
+		m.layers.WithLabelValues(id, "delta", strconv.Itoa(lvl)).Set(float64(n))
+	}
+	l := t.LSNs()
+	m.lastRecord.WithLabelValues(id).Set(float64(l.LastRecord))
+	m.ingestLag.WithLabelValues(id).Set(float64(int64(l.Commit) - int64(l.LastRecord)))
+	m.uploadLag.WithLabelValues(id).Set(float64(int64(l.LastRecord) - int64(l.RemoteConsistent)))
+	m.pending.WithLabelValues(id).Set(float64(l.Pending))
+}

@@ -1,0 +1,361 @@
+package timeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/layermap"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// cand is a version found by a read; h and e locate its data in a layer
+// file when v.Data has not been read yet.
+type cand struct {
+	v layer.Version
+	h *handle
+	e layer.Entry
+}
+
+// snapshot is a consistent view of a timeline's in-memory state and layers.
+type snapshot struct {
+	pending []layer.Version
+	mems    []*layer.InMem
+	layers  *layermap.Map[*handle]
+}
+
+func (t *Timeline) snap(k keyspace.Key) snapshot {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := snapshot{pending: t.pendingKeys[k], layers: t.layers}
+	s.mems = append(make([]*layer.InMem, 0, 1+len(t.frozen)), t.open)
+	s.mems = append(s.mems, t.frozen...)
+	return s
+}
+
+// collect gathers the versions needed to materialize k at upto, newest
+// first, ending with a base version if one exists (in this timeline or its
+// ancestors). It also returns how many layer files it consulted.
+func (t *Timeline) collect(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]cand, int, error) {
+	for attempt := 0; ; attempt++ {
+		cs, n, err := t.collectOnce(ctx, k, upto)
+		if errors.Is(err, errLayerGone) && attempt < 5 {
+			continue
+		}
+		return cs, n, err
+	}
+}
+
+func (t *Timeline) collectOnce(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]cand, int, error) {
+	s := t.snap(k)
+	var cs []cand
+	for _, v := range s.pending {
+		if v.LSN <= upto {
+			cs = append(cs, cand{v: v})
+		}
+	}
+	var vs []layer.Version
+	for _, m := range s.mems {
+		vs = m.Versions(vs[:0], k, upto)
+		for _, v := range vs {
+			cs = append(cs, cand{v: v})
+		}
+	}
+	base, found := newestBase(cs)
+	var err error
+	n := 0
+	s.layers.Search(k, upto, func(h *handle) bool {
+		if found && h.desc.LSNEnd <= base {
+			return false
+		}
+		n++
+		before := len(cs)
+		cs, err = h.versions(ctx, cs, keyAt{key: k, upto: upto})
+		if err != nil {
+			return false
+		}
+		if b, ok := newestBase(cs[before:]); ok && (!found || b > base) {
+			base, found = b, true
+		}
+		return true
+	})
+	if err != nil {
+		return nil, n, err
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].v.Newer(&cs[j].v) })
+	out := cs[:0]
+	for i, c := range cs {
+		if i > 0 && c.v.LSN == cs[i-1].v.LSN && c.v.Seq == cs[i-1].v.Seq && c.v.Kind == cs[i-1].v.Kind {
+			continue // the same version from a log and a layer file
+		}
+		out = append(out, c)
+		if c.v.Kind.IsBase() {
+			return out, n, nil
+		}
+	}
+	if a := t.d.Ancestor; a != nil && (len(out) == 0 || !out[len(out)-1].v.Kind.IsBase()) {
+		acs, an, err := a.collect(ctx, k, min(upto, t.d.AncestorLSN))
+		return append(out, acs...), n + an, err
+	}
+	return out, n, nil
+}
+
+func newestBase(cs []cand) (pg.LSN, bool) {
+	var b pg.LSN
+	found := false
+	for _, c := range cs {
+		if c.v.Kind.IsBase() && (!found || c.v.LSN > b) {
+			b, found = c.v.LSN, true
+		}
+	}
+	return b, found
+}
+
+// Get returns the value of k at LSN upto (LatestLSN: the newest), or
+// ErrNotFound. The caller owns the returned slice... but must not modify
+// it: it may be shared with the page cache.
+func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte, error) {
+	if upto != LatestLSN && upto < t.gcCutoffLSN() {
+		return nil, fmt.Errorf("%w: %s < %s", ErrBelowGCCutoff, upto, t.gcCutoffLSN())
+	}
+	if d, ok, hit := t.cache.get(k, upto); hit {
+		t.d.Metrics.read(true, 0)
+		if !ok {
+			return nil, ErrNotFound
+		}
+		return d, nil
+	}
+	epoch := t.epoch.Load()
+	latest := upto >= pg.LSN(t.lastRecord.Load())
+	cs, n, err := t.collect(ctx, k, upto)
+	t.d.Metrics.read(false, n)
+	if err != nil {
+		return nil, err
+	}
+	d, err := t.materialize(ctx, k, upto, cs)
+	if latest && len(cs) > 0 && (err == nil || errors.Is(err, ErrNotFound)) && t.epoch.Load() == epoch {
+		// cs[0] is the key's newest version: the value answers every
+		// read at or above its LSN until the next write to k.
+		t.cache.put(k, cs[0].v.LSN, d)
+	}
+	return d, err
+}
+
+func (t *Timeline) materialize(ctx context.Context, k keyspace.Key, upto pg.LSN, cs []cand) ([]byte, error) {
+	if len(cs) == 0 {
+		return nil, ErrNotFound
+	}
+	last := len(cs) - 1
+	b := cs[last]
+	if !b.v.Kind.IsBase() {
+		return nil, fmt.Errorf("%w: %s at %s", ErrMissingBase, k, upto)
+	}
+	if err := t.fill(ctx, &cs[last]); err != nil {
+		return nil, err
+	}
+	if last == 0 {
+		switch b.v.Kind {
+		case layer.Tombstone:
+			return nil, ErrNotFound
+		case layer.Image:
+			return cs[0].v.Data, nil
+		}
+	}
+	if t.d.Redo == nil {
+		return nil, fmt.Errorf("%w: %s at %s", ErrNoRedo, k, upto)
+	}
+	var base []byte
+	var recs [][]byte
+	switch cs[last].v.Kind {
+	case layer.Image:
+		base = cs[last].v.Data
+	case layer.WillInit:
+		recs = append(recs, cs[last].v.Data)
+	}
+	for i := last - 1; i >= 0; i-- {
+		if err := t.fill(ctx, &cs[i]); err != nil {
+			return nil, err
+		}
+		recs = append(recs, cs[i].v.Data)
+	}
+	return t.d.Redo.Apply(k, cs[0].v.LSN, base, recs)
+}
+
+func (t *Timeline) fill(ctx context.Context, c *cand) error {
+	if c.h == nil || c.v.Data != nil {
+		return nil
+	}
+	d, err := c.h.read(ctx, c.e)
+	c.v.Data = d
+	return err
+}
+
+func (t *Timeline) gcCutoffLSN() pg.LSN {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.gcCutoff
+}
+
+// WaitLSN waits until the timeline has ingested (or been put) everything up
+// to lsn, for at most the configured WaitLSNTimeout.
+func (t *Timeline) WaitLSN(ctx context.Context, lsn pg.LSN) error {
+	if lsn == LatestLSN {
+		return nil
+	}
+	var timer *time.Timer
+	for {
+		if pg.LSN(t.lastRecord.Load()) >= lsn {
+			return nil
+		}
+		t.walWaitMu.Lock()
+		ch := t.walWait
+		t.walWaitMu.Unlock()
+		if pg.LSN(t.lastRecord.Load()) >= lsn {
+			return nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(t.opts.WaitLSNTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return fmt.Errorf("%w: waited %s for %s, have %s", ErrWaitLSNTimeout, t.opts.WaitLSNTimeout, lsn, pg.LSN(t.lastRecord.Load()))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// GetPage returns the page at requestLSN, first waiting for WAL up to
+// notModifiedSince when the timeline has not reached it. A page that was
+// never written but lies inside the relation reads as zeros.
+func (t *Timeline) GetPage(ctx context.Context, pk pg.PageKey, requestLSN, notModifiedSince pg.LSN) ([]byte, error) {
+	if err := t.WaitLSN(ctx, notModifiedSince); err != nil {
+		return nil, err
+	}
+	d, err := t.Get(ctx, keyspace.RelBlock(pk), requestLSN)
+	if errors.Is(err, ErrNotFound) {
+		n, ok, serr := t.Nblocks(ctx, pk.Tag(), requestLSN)
+		if serr == nil && ok && pk.Block < n {
+			return make([]byte, pg.BlockSize), nil
+		}
+	}
+	return d, err
+}
+
+// Nblocks returns the size of a relation fork in blocks and whether it exists.
+func (t *Timeline) Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint32, bool, error) {
+	d, err := t.Get(ctx, keyspace.RelSize(rel), lsn)
+	if errors.Is(err, ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if len(d) != 4 {
+		return 0, false, fmt.Errorf("timeline: size of %s is %d bytes", rel, len(d))
+	}
+	return binary.BigEndian.Uint32(d), true, nil
+}
+
+// ScanKeys calls fn, in key order, for every key in r that has any version
+// at or below upto (including keys whose newest version is a tombstone).
+func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, fn func(keyspace.Key) error) error {
+	set := map[keyspace.Key]bool{}
+	if err := t.scanInto(ctx, r, upto, set); err != nil {
+		return err
+	}
+	keys := make([]keyspace.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	for _, k := range keys {
+		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Timeline) scanInto(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) error {
+	t.mu.RLock()
+	for _, p := range t.pending {
+		if p.LSN <= upto && r.Contains(p.Key) {
+			set[p.Key] = true
+		}
+	}
+	mems := append([]*layer.InMem{t.open}, t.frozen...)
+	lm := t.layers
+	t.mu.RUnlock()
+	add := func(k keyspace.Key) { set[k] = true }
+	for _, m := range mems {
+		m.Keys(r, upto, add)
+	}
+	for _, h := range lm.Overlapping(r, upto) {
+		rd, err := h.acquire(ctx)
+		if errors.Is(err, errLayerGone) {
+			continue // its versions are in the layers that replaced it
+		}
+		if err != nil {
+			return err
+		}
+		for i := rd.Seek(r.Start); i < rd.Len(); i++ {
+			e := rd.Entry(i)
+			if !e.Key.Less(r.End) {
+				break
+			}
+			if e.LSN <= upto {
+				set[e.Key] = true
+			}
+		}
+		h.release()
+	}
+	if a := t.d.Ancestor; a != nil {
+		return a.scanInto(ctx, r, min(upto, t.d.AncestorLSN), set)
+	}
+	return nil
+}
+
+// ListRels returns the relation forks that exist at lsn in range r (use
+// keyspace.DBRange or keyspace.RelsRange).
+func (t *Timeline) ListRels(ctx context.Context, r keyspace.Range, lsn pg.LSN) ([]pg.RelTag, error) {
+	var out []pg.RelTag
+	err := t.ScanKeys(ctx, r, lsn, func(k keyspace.Key) error {
+		if !k.IsRelSize() {
+			return nil
+		}
+		_, err := t.Get(ctx, k, lsn)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err == nil {
+			out = append(out, k.Rel())
+		}
+		return err
+	})
+	return out, err
+}
+
+// DBSize returns the total size in bytes of the relations of a database.
+func (t *Timeline) DBSize(ctx context.Context, spc, db uint32, lsn pg.LSN) (int64, error) {
+	rels, err := t.ListRels(ctx, keyspace.DBRange(spc, db), lsn)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, r := range rels {
+		n, _, err := t.Nblocks(ctx, r, lsn)
+		if err != nil {
+			return 0, err
+		}
+		total += int64(n) * pg.BlockSize
+	}
+	return total, nil
+}

@@ -1,0 +1,427 @@
+package timeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Change is one new version of a key: the unit of Put and Ingest. For a
+// page write in writeback mode, LSN is W (the compute's WAL position) and
+// Kind is layer.Image. Data is owned by the timeline after the call.
+type Change struct {
+	Key  keyspace.Key
+	LSN  pg.LSN
+	Kind layer.Kind
+	Data []byte
+}
+
+// Put stores versions written by the compute (writeback mode), behind the
+// durability gate: a version whose LSN (W) is above the commit LSN is kept
+// pending (visible to reads, not durable) until the commit LSN reaches it.
+// Versions at or below the commit LSN are appended to the log and fsynced
+// before Put returns. Put returns the durable LSN after the call.
+func (t *Timeline) Put(ctx context.Context, cs []Change) (pg.LSN, error) {
+	t.writeMu.Lock()
+	err := t.putLocked(cs, true)
+	t.writeMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return t.LSNs().Durable, nil
+}
+
+// Ingest stores versions decoded from WAL that the safekeeper quorum already
+// holds (no gate) and records that WAL up to lastRecord is ingested. The
+// versions are durable when Ingest returns. With a PushdownPolicy, a key
+// whose delta chain reaches the policy's N is materialized with the redo
+// engine and the image is stored at the same LSN.
+func (t *Timeline) Ingest(ctx context.Context, cs []Change, lastRecord pg.LSN) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.putLocked(cs, false); err != nil {
+		return err
+	}
+	if err := t.releaseLocked(t.d.Commit.CommitLSN()); err != nil {
+		return err
+	}
+	if n := t.d.Policy.MaterializeAfter(); n > 0 && t.d.Redo != nil {
+		var imgs []Change
+		for _, c := range cs {
+			if c.Kind.IsBase() {
+				delete(t.chains, c.Key)
+				continue
+			}
+			t.chains[c.Key]++
+			if t.chains[c.Key] >= n {
+				delete(t.chains, c.Key)
+				d, err := t.Get(ctx, c.Key, c.LSN)
+				if err != nil {
+					return fmt.Errorf("timeline: pushdown materialization of %s: %w", c.Key, err)
+				}
+				imgs = append(imgs, Change{Key: c.Key, LSN: c.LSN, Kind: layer.Image, Data: d})
+			}
+		}
+		if err := t.putLocked(imgs, false); err != nil {
+			return err
+		}
+	}
+	t.advanceLastRecord(lastRecord)
+	return nil
+}
+
+// putLocked assigns Seqs and stores cs. REQUIRES: t.writeMu held.
+func (t *Timeline) putLocked(cs []Change, gated bool) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	commit := t.d.Commit.CommitLSN()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	wrote := false
+	var maxLSN pg.LSN
+	for _, c := range cs {
+		v := layer.Version{Key: c.Key, LSN: c.LSN, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
+		t.epoch.Add(1)
+		t.cache.invalidate(c.Key)
+		maxLSN = max(maxLSN, c.LSN)
+		if gated && c.LSN > commit {
+			t.pending = append(t.pending, v)
+			t.pendingKeys[c.Key] = insertVersion(t.pendingKeys[c.Key], v)
+			continue
+		}
+		if err := t.open.Put(v); err != nil {
+			t.mu.Unlock()
+			return err
+		}
+		wrote = true
+	}
+	open := t.open
+	t.mu.Unlock()
+	if gated {
+		t.advanceLastRecord(maxLSN)
+	}
+	if wrote {
+		if err := open.Sync(); err != nil {
+			return err
+		}
+	}
+	if gated {
+		if err := t.releaseLocked(commit); err != nil {
+			return err
+		}
+	}
+	t.maybeFreeze()
+	return nil
+}
+
+func insertVersion(vs []layer.Version, v layer.Version) []layer.Version {
+	i := len(vs)
+	for i > 0 && !v.Newer(&vs[i-1]) {
+		i--
+	}
+	vs = append(vs, layer.Version{})
+	copy(vs[i+1:], vs[i:])
+	vs[i] = v
+	return vs
+}
+
+// CommitAdvanced makes pending versions at or below the current commit LSN
+// durable. The background loop calls it periodically; a CommitLSNSource
+// owner may call it when the commit LSN moves, to cut the latency.
+func (t *Timeline) CommitAdvanced() error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	return t.releaseLocked(t.d.Commit.CommitLSN())
+}
+
+// releaseLocked moves pending versions with LSN <= commit into the log.
+// REQUIRES: t.writeMu held.
+func (t *Timeline) releaseLocked(commit pg.LSN) error {
+	t.mu.Lock()
+	if len(t.pending) == 0 || t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	var keep, rel []layer.Version
+	for _, v := range t.pending {
+		if v.LSN <= commit {
+			rel = append(rel, v)
+		} else {
+			keep = append(keep, v)
+		}
+	}
+	if len(rel) == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	// Versions stay visible in pendingKeys until they are in the log.
+	open := t.open
+	for _, v := range rel {
+		if err := open.Put(v); err != nil {
+			t.mu.Unlock()
+			return err
+		}
+	}
+	t.mu.Unlock()
+	if err := open.Sync(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.pending = keep
+	for _, v := range rel {
+		vs := t.pendingKeys[v.Key]
+		for i := range vs {
+			if vs[i].Seq == v.Seq {
+				vs = append(vs[:i], vs[i+1:]...)
+				break
+			}
+		}
+		if len(vs) == 0 {
+			delete(t.pendingKeys, v.Key)
+		} else {
+			t.pendingKeys[v.Key] = vs
+		}
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+func encodeSize(n uint32) []byte {
+	b := make([]byte, 4)
+	binary.BigEndian.PutUint32(b, n)
+	return b
+}
+
+// PageWrite is a page image written by the compute at WAL position W.
+type PageWrite struct {
+	Page pg.PageKey
+	W    pg.LSN
+	Data []byte // pg.BlockSize bytes
+}
+
+// PutPages stores page images from the compute (gated, see Put) and extends
+// the relations' sizes when a page lies past the end.
+func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	cs := make([]Change, 0, len(ws))
+	sizes := map[pg.RelTag]uint32{}
+	for _, w := range ws {
+		if len(w.Data) != pg.BlockSize {
+			return 0, fmt.Errorf("timeline: page %s has %d bytes", w.Page, len(w.Data))
+		}
+		cs = append(cs, Change{Key: keyspace.RelBlock(w.Page), LSN: w.W, Kind: layer.Image, Data: w.Data})
+		rel := w.Page.Tag()
+		n, ok := sizes[rel]
+		if !ok {
+			var err error
+			n, _, err = t.Nblocks(ctx, rel, LatestLSN)
+			if err != nil {
+				return 0, err
+			}
+		}
+		if w.Page.Block >= n {
+			n = w.Page.Block + 1
+			cs = append(cs, Change{Key: keyspace.RelSize(rel), LSN: w.W, Kind: layer.Image, Data: encodeSize(n)})
+		}
+		sizes[rel] = n
+	}
+	if err := t.putLocked(cs, true); err != nil {
+		return 0, err
+	}
+	return t.LSNs().Durable, nil
+}
+
+// SetRelSize creates a relation fork (if needed) or truncates/extends it
+// to n blocks at W (gated).
+func (t *Timeline) SetRelSize(ctx context.Context, rel pg.RelTag, n uint32, w pg.LSN) error {
+	_, err := t.Put(ctx, []Change{{Key: keyspace.RelSize(rel), LSN: w, Kind: layer.Image, Data: encodeSize(n)}})
+	return err
+}
+
+// DropRel drops a relation fork at W (gated).
+func (t *Timeline) DropRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
+	_, err := t.Put(ctx, []Change{{Key: keyspace.RelSize(rel), LSN: w, Kind: layer.Tombstone}})
+	return err
+}
+
+// Non-relation files. A file's meta key holds size[8] then the path; its
+// blocks are pg.BlockSize bytes each. Blocks past the size read as zeros.
+
+func encodeMeta(path string, size int64) []byte {
+	b := make([]byte, 8+len(path))
+	binary.BigEndian.PutUint64(b, uint64(size))
+	copy(b[8:], path)
+	return b
+}
+
+func decodeMeta(b []byte) (string, int64, error) {
+	if len(b) < 8 {
+		return "", 0, fmt.Errorf("timeline: file meta of %d bytes", len(b))
+	}
+	return string(b[8:]), int64(binary.BigEndian.Uint64(b)), nil
+}
+
+// StatFile returns a file's size and whether it exists at lsn.
+func (t *Timeline) StatFile(ctx context.Context, path string, lsn pg.LSN) (int64, bool, error) {
+	d, err := t.Get(ctx, keyspace.FileMeta(path), lsn)
+	if errors.Is(err, ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	_, size, err := decodeMeta(d)
+	return size, err == nil, err
+}
+
+func (t *Timeline) fileBlock(ctx context.Context, path string, blk uint32, lsn pg.LSN) ([]byte, error) {
+	d, err := t.Get(ctx, keyspace.FileBlock(path, blk), lsn)
+	if errors.Is(err, ErrNotFound) {
+		return make([]byte, pg.BlockSize), nil
+	}
+	return d, err
+}
+
+// ReadFile returns the content of a non-relation file at lsn.
+func (t *Timeline) ReadFile(ctx context.Context, path string, lsn pg.LSN) ([]byte, error) {
+	size, ok, err := t.StatFile(ctx, path, lsn)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: file %s", ErrNotFound, path)
+	}
+	out := make([]byte, 0, size)
+	for blk := uint32(0); int64(len(out)) < size; blk++ {
+		b, err := t.fileBlock(ctx, path, blk, lsn)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b[:min(int64(len(b)), size-int64(len(out)))]...)
+	}
+	return out, nil
+}
+
+// WriteFile writes data at off into a non-relation file at W (gated),
+// creating it if needed. Bytes between the old end and off read as zeros.
+func (t *Timeline) WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	size, ok, err := t.StatFile(ctx, path, LatestLSN)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		size = 0
+	}
+	var cs []Change
+	end := off + int64(len(data))
+	for pos := off; pos < end; {
+		blk := uint32(pos / pg.BlockSize)
+		bo := pos % pg.BlockSize
+		n := min(int64(pg.BlockSize)-bo, end-pos)
+		var page []byte
+		if bo == 0 && n == pg.BlockSize {
+			page = data[pos-off : pos-off+n]
+		} else {
+			page = make([]byte, pg.BlockSize)
+			if int64(blk)*pg.BlockSize < size {
+				old, err := t.fileBlock(ctx, path, blk, LatestLSN)
+				if err != nil {
+					return err
+				}
+				copy(page, old)
+				// Bytes past the old end are zeros, whatever a stale block holds.
+				if keep := size - int64(blk)*pg.BlockSize; keep < pg.BlockSize {
+					clear(page[keep:])
+				}
+			}
+			copy(page[bo:], data[pos-off:pos-off+n])
+		}
+		cs = append(cs, Change{Key: keyspace.FileBlock(path, blk), LSN: w, Kind: layer.Image, Data: page})
+		pos += n
+	}
+	// Whole blocks skipped between the old end and off must read as zeros.
+	for blk := (size + pg.BlockSize - 1) / pg.BlockSize; blk*pg.BlockSize+pg.BlockSize <= off; blk++ {
+		cs = append(cs, Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: w, Kind: layer.Tombstone})
+	}
+	if !ok || end > size {
+		cs = append(cs, Change{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Image, Data: encodeMeta(path, max(size, end))})
+	}
+	return t.putLocked(cs, true)
+}
+
+// TruncateFile sets a file's size at W (gated), creating it if needed.
+func (t *Timeline) TruncateFile(ctx context.Context, path string, size int64, w pg.LSN) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	old, _, err := t.StatFile(ctx, path, LatestLSN)
+	if err != nil {
+		return err
+	}
+	cs := []Change{{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Image, Data: encodeMeta(path, size)}}
+	cs = append(cs, t.cutBlocks(path, size, old, w)...)
+	return t.putLocked(cs, true)
+}
+
+// cutBlocks returns tombstones for the blocks wholly past size (up to the
+// old size), so that a later extension reads zeros there.
+func (t *Timeline) cutBlocks(path string, size, old int64, w pg.LSN) []Change {
+	var cs []Change
+	for blk := (size + pg.BlockSize - 1) / pg.BlockSize; blk*pg.BlockSize < old; blk++ {
+		cs = append(cs, Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: w, Kind: layer.Tombstone})
+	}
+	return cs
+}
+
+// UnlinkFile removes a file at W (gated).
+func (t *Timeline) UnlinkFile(ctx context.Context, path string, w pg.LSN) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	old, _, err := t.StatFile(ctx, path, LatestLSN)
+	if err != nil {
+		return err
+	}
+	cs := []Change{{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Tombstone}}
+	cs = append(cs, t.cutBlocks(path, 0, old, w)...)
+	return t.putLocked(cs, true)
+}
+
+// FileInfo names a non-relation file.
+type FileInfo struct {
+	Path string
+	Size int64
+}
+
+// ListFiles returns the non-relation files that exist at lsn, by key order.
+func (t *Timeline) ListFiles(ctx context.Context, lsn pg.LSN) ([]FileInfo, error) {
+	var out []FileInfo
+	err := t.ScanKeys(ctx, keyspace.FilesRange, lsn, func(k keyspace.Key) error {
+		if !k.IsMeta() {
+			return nil
+		}
+		d, err := t.Get(ctx, k, lsn)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p, size, err := decodeMeta(d)
+		if err == nil {
+			out = append(out, FileInfo{Path: p, Size: size})
+		}
+		return err
+	})
+	return out, err
+}
