@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -370,6 +371,17 @@ func (t *Timeline) TruncateFile(ctx context.Context, path string, size int64, w 
 		return err
 	}
 	cs := []Change{{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Image, Data: encodeMeta(path, size)}}
+	if tail := size % pg.BlockSize; tail != 0 && size < old {
+		// Zero the cut part of the last block so an extension reads zeros.
+		blk := uint32(size / pg.BlockSize)
+		b, err := t.fileBlock(ctx, path, blk, LatestLSN)
+		if err != nil {
+			return err
+		}
+		b = bytes.Clone(b)
+		clear(b[tail:])
+		cs = append(cs, Change{Key: keyspace.FileBlock(path, blk), LSN: w, Kind: layer.Image, Data: b})
+	}
 	cs = append(cs, t.cutBlocks(path, size, old, w)...)
 	return t.putLocked(cs, true)
 }
