@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stratadb/strata/sdk/objectstore"
@@ -87,4 +88,25 @@ func BenchmarkFSList1000(b *testing.B) {
 			b.Fatalf("List: %d objects, %v", n, err)
 		}
 	}
+}
+
+// BenchmarkFSPut8KParallel: durable 8 KiB puts from 8 goroutines per CPU,
+// the shape of many layers or WAL segments uploaded at once.
+func BenchmarkFSPut8KParallel(b *testing.B) {
+	s := open(b, Config{})
+	defer s.Close()
+	data := storetest.Pattern{Seed: 1}.Bytes(0, 8<<10)
+	var next atomic.Int64
+	b.SetBytes(8 << 10)
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key := fmt.Sprintf("bench/%08d", next.Add(1))
+			if err := s.Put(context.Background(), key, bytes.NewReader(data), objectstore.PutOptions{Size: 8 << 10}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

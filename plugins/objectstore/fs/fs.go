@@ -141,11 +141,15 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		return fmt.Errorf("fs: put %q: %w", key, err)
 	}
 	tmpName := f.Name()
+	renamed := false // the temporary file became the object
 	defer func() {
 		if f != nil {
 			f.Close()
 		}
-		if rerr := os.Remove(tmpName); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) && err == nil {
+		if renamed {
+			return
+		}
+		if rerr := os.Remove(tmpName); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
 			s.log.Warn().Err(rerr).Str("file", tmpName).Msg("removing a temporary file")
 		}
 	}()
@@ -178,6 +182,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 
 	dir := filepath.Dir(path)
 	created, err := s.place(tmpName, path, opts.IfNotExists)
+	renamed = err == nil && !opts.IfNotExists
 	if err != nil {
 		return fmt.Errorf("fs: put %q: %w", key, err)
 	}
