@@ -1,0 +1,218 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"strings"
+	"testing"
+
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// buildWAL writes records into WAL pages starting at the segment start
+// base, splitting them across pages as Postgres does, and returns the
+// bytes and the records' start LSNs.
+func buildWAL(t testing.TB, base pg.LSN, bodies [][]byte) ([]byte, []pg.LSN) {
+	t.Helper()
+	var out []byte
+	pos := base
+	var prev pg.LSN
+	var starts []pg.LSN
+	newPage := func(rem int) {
+		hdr := make([]byte, shortHeaderSize)
+		info := uint16(0)
+		if uint64(pos)%pg.WALSegmentSize == 0 {
+			hdr = make([]byte, longHeaderSize)
+			info |= xlpLongHeader
+			binary.LittleEndian.PutUint64(hdr[24:], 42)
+			binary.LittleEndian.PutUint32(hdr[32:], pg.WALSegmentSize)
+			binary.LittleEndian.PutUint32(hdr[36:], PageSize)
+		}
+		if rem > 0 {
+			info |= xlpFirstIsContRecord
+		}
+		binary.LittleEndian.PutUint16(hdr, pageMagic)
+		binary.LittleEndian.PutUint16(hdr[2:], info)
+		binary.LittleEndian.PutUint32(hdr[4:], 1)
+		binary.LittleEndian.PutUint64(hdr[8:], uint64(pos))
+		binary.LittleEndian.PutUint32(hdr[16:], uint32(rem))
+		out = append(out, hdr...)
+		pos += pg.LSN(len(hdr))
+	}
+	for _, body := range bodies {
+		if uint64(pos)%PageSize == 0 {
+			newPage(0)
+		}
+		rec := make([]byte, RecordHeaderSize+len(body))
+		copy(rec[RecordHeaderSize:], body)
+		binary.LittleEndian.PutUint32(rec, uint32(len(rec)))
+		binary.LittleEndian.PutUint32(rec[4:], 7)
+		binary.LittleEndian.PutUint64(rec[8:], uint64(prev))
+		rec[16] = 0x00
+		rec[17] = byte(RmHeap)
+		crc := crc32.Update(0, castagnoli, rec[RecordHeaderSize:])
+		crc = crc32.Update(crc, castagnoli, rec[:20])
+		binary.LittleEndian.PutUint32(rec[20:], crc)
+		starts = append(starts, pos)
+		prev = pos
+		for len(rec) > 0 {
+			room := PageSize - int(uint64(pos)%PageSize)
+			n := min(room, len(rec))
+			out = append(out, rec[:n]...)
+			pos += pg.LSN(n)
+			rec = rec[n:]
+			if len(rec) > 0 {
+				newPage(len(rec))
+			}
+		}
+		for uint64(pos)%8 != 0 {
+			out = append(out, 0)
+			pos++
+		}
+	}
+	for uint64(pos)%PageSize != 0 {
+		out = append(out, 0)
+		pos++
+	}
+	out = append(out, make([]byte, PageSize)...) // a zeroed page: end of WAL
+	return out, starts
+}
+
+// heapBody returns a record body with one block reference carrying data
+// and main data of n bytes.
+func heapBody(n int) []byte {
+	var b []byte
+	b = append(b, 0, 0x20)                    // block 0, main fork, HAS_DATA
+	b = binary.LittleEndian.AppendUint16(b, 5) // data length
+	b = binary.LittleEndian.AppendUint32(b, 1663)
+	b = binary.LittleEndian.AppendUint32(b, 5)
+	b = binary.LittleEndian.AppendUint32(b, 16384)
+	b = binary.LittleEndian.AppendUint32(b, 9) // block 9
+	if n < 256 {
+		b = append(b, blockIDDataShort, byte(n))
+	} else {
+		b = append(b, blockIDDataLong)
+		b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	}
+	b = append(b, 1, 2, 3, 4, 5)
+	for i := 0; i < n; i++ {
+		b = append(b, byte(i))
+	}
+	return b
+}
+
+func TestReaderCrossPageRecords(t *testing.T) {
+	base := pg.LSN(3 * pg.WALSegmentSize)
+	sizes := []int{10, 20000, 3, 8100, 40}
+	var bodies [][]byte
+	for _, n := range sizes {
+		bodies = append(bodies, heapBody(n))
+	}
+	data, starts := buildWAL(t, base, bodies)
+	for _, src := range []Source{&BytesSource{Start: base, Data: data}, NewStreamSource(bytes.NewReader(data), base, 0)} {
+		rd := NewReader(src, base)
+		for i := range bodies {
+			r, err := rd.Next()
+			if err != nil {
+				t.Fatalf("record %d: %v", i, err)
+			}
+			if r.LSN != starts[i] {
+				t.Fatalf("record %d at %s, want %s", i, r.LSN, starts[i])
+			}
+			if len(r.Blocks) != 1 || r.Blocks[0].Page.Block != 9 || r.Blocks[0].Page.Rel != 16384 || string(r.Blocks[0].Data) != "\x01\x02\x03\x04\x05" {
+				t.Fatalf("record %d: bad block ref %+v", i, r.Blocks)
+			}
+			if len(r.MainData) != sizes[i] || (sizes[i] > 0 && r.MainData[sizes[i]-1] != byte(sizes[i]-1)) {
+				t.Fatalf("record %d: main data %d bytes", i, len(r.MainData))
+			}
+		}
+		if _, err := rd.Next(); !errors.Is(err, ErrEndOfWAL) {
+			t.Fatalf("after the last record: %v, want ErrEndOfWAL", err)
+		}
+	}
+	// Starting at a page that begins with a continuation skips the tail.
+	second := starts[1]
+	pageAfter := second - second%PageSize + PageSize
+	rd := NewReader(&BytesSource{Start: base, Data: data}, pageAfter)
+	r, err := rd.Next()
+	if err != nil || r.LSN <= pageAfter {
+		t.Fatalf("start mid-record: %v %v", r, err)
+	}
+}
+
+func TestReaderCorruptionNamesLSN(t *testing.T) {
+	base := pg.LSN(pg.WALSegmentSize)
+	data, starts := buildWAL(t, base, [][]byte{heapBody(10), heapBody(300), heapBody(10)})
+	bad := append([]byte(nil), data...)
+	off := int(starts[1]-base) + RecordHeaderSize + 30
+	bad[off] ^= 0xff
+	rd := NewReader(&BytesSource{Start: base, Data: bad}, base)
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rd.Next()
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), starts[1].String()) {
+		t.Fatalf("corrupt record: %v, want ErrCorrupt naming %s", err, starts[1])
+	}
+	// A bad page magic is an unknown format.
+	bad = append([]byte(nil), data...)
+	bad[0] = 0x99
+	if _, err := NewReader(&BytesSource{Start: base, Data: bad}, base).Next(); !errors.Is(err, ErrUnknownFormat) {
+		t.Fatalf("bad magic: %v", err)
+	}
+}
+
+func TestPGLZ(t *testing.T) {
+	// literal "abc", then a back-reference of length 6 at offset 3: "abcabcabc"
+	src := []byte{0x08, 'a', 'b', 'c', 0x03, 0x03}
+	dst := make([]byte, 9)
+	if n, err := PGLZDecompress(dst, src); err != nil || n != 9 || string(dst) != "abcabcabc" {
+		t.Fatalf("got %q %d %v", dst, n, err)
+	}
+	if _, err := PGLZDecompress(make([]byte, 10), src); err == nil {
+		t.Fatal("short output accepted")
+	}
+	if _, err := PGLZDecompress(make([]byte, 9), []byte{0x01, 0x03, 0x09}); err == nil {
+		t.Fatal("reference before the start accepted")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	base := pg.LSN(pg.WALSegmentSize)
+	data, _ := buildWAL(f, base, [][]byte{heapBody(10), heapBody(9000), heapBody(0)})
+	f.Add(data[:3*PageSize])
+	f.Add(heapBody(5))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// As a page stream.
+		buf := append([]byte(nil), b...)
+		for len(buf)%PageSize != 0 {
+			buf = append(buf, 0)
+		}
+		rd := NewReader(&BytesSource{Start: base, Data: buf}, base)
+		for i := 0; i < 100; i++ {
+			r, err := rd.Next()
+			if err != nil {
+				break
+			}
+			for j := range r.Blocks {
+				if r.Blocks[j].HasImage {
+					_ = r.Blocks[j].RestoreImage(make([]byte, pg.BlockSize))
+				}
+			}
+		}
+		// As a record.
+		if len(b) >= 4 {
+			rec := append([]byte(nil), b...)
+			binary.LittleEndian.PutUint32(rec, uint32(len(rec)))
+			if r, err := Decode(base+64, base+64+pg.LSN(len(rec)), rec); err == nil {
+				for j := range r.Blocks {
+					if r.Blocks[j].HasImage {
+						_ = r.Blocks[j].RestoreImage(make([]byte, pg.BlockSize))
+					}
+				}
+			}
+		}
+	})
+}
