@@ -50,6 +50,10 @@ type Options struct {
 	// objectstore.ErrClosed (the contract also allows the backend's own
 	// error, which is all that is required by default).
 	StrictClose bool
+	// ModelOps is the number of random operations the MatchesReference
+	// test applies to the store and to the in-memory reference store
+	// (default 1,000).
+	ModelOps int
 	// MaxKeyLen is the longest key the store must accept (default
 	// objectstore.MaxKeyLen). A store made by objectstore.WithPrefix
 	// accepts keys shorter by the prefix and its slash.
@@ -68,6 +72,9 @@ func (o Options) withDefaults() Options {
 		if testing.Short() {
 			o.BigSize = 32 << 20
 		}
+	}
+	if o.ModelOps <= 0 {
+		o.ModelOps = 1000
 	}
 	if o.MaxKeyLen <= 0 {
 		o.MaxKeyLen = objectstore.MaxKeyLen
@@ -112,6 +119,7 @@ func RunOptions(t *testing.T, open func(t *testing.T) objectstore.Store, opts Op
 		{"FailedPutInvisible", s.testFailedPut},
 		{"CancelPut", s.testCancelPut},
 		{"CancelledContext", s.testCancelledContext},
+		{"MatchesReference", s.testMatchesReference},
 		{"BigObject", s.testBig},
 		{"Close", s.testClose},
 	}
