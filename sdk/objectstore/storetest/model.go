@@ -76,7 +76,7 @@ func (s *suite) testMatchesReference(t *testing.T) {
 		})
 		return errClass(err), out
 	}
-	hits := 0 // reads that found something
+	hits := 0         // reads that found something
 	var used []string // keys put so far: half the operations reuse one
 	for i := 0; i < s.opts.ModelOps; i++ {
 		key := randomKey(rng)
