@@ -1,0 +1,439 @@
+// Package client is the Go client of the pageserver's gRPC API, for the
+// compute agent and the CLI. It speaks Go types (pg.PageKey, pg.LSN) and
+// returns the timeline package's sentinel errors (timeline.ErrNotFound,
+// timeline.ErrWaitLSNTimeout, timeline.ErrBelowGCCutoff) so callers test
+// with errors.Is.
+//
+// GetPages multiplexes batches from many goroutines over one bidirectional
+// stream; a broken stream fails the batches in flight and is reopened on
+// the next call.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/stratadb/strata/core/pageserver"
+	pb "github.com/stratadb/strata/core/pageserver/pageserverpb"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// ErrClosed: the client was closed.
+var ErrClosed = errors.New("client: closed")
+
+// LatestLSN asks for the newest version.
+const LatestLSN = timeline.LatestLSN
+
+// Client talks to one pageserver. Safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  pb.PageServiceClient
+
+	mu      sync.Mutex
+	stream  pb.PageService_GetPagesClient
+	cancel  context.CancelFunc
+	nextID  uint64
+	waiting map[uint64]chan result
+	closed  bool
+}
+
+type result struct {
+	resp *pb.GetPageBatchResponse
+	err  error
+}
+
+// Dial connects to addr (host:port, plaintext: loopback or a private network).
+func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
+	}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn, rpc: pb.NewPageServiceClient(conn), waiting: map[uint64]chan result{}}, nil
+}
+
+// Close closes the connection; calls in flight fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	return c.conn.Close()
+}
+
+// fromStatus maps gRPC status codes back to sentinel errors.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.NotFound:
+		if containsTimeline(st.Message()) {
+			return fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, st.Message())
+		}
+		return fmt.Errorf("%w: %s", timeline.ErrNotFound, st.Message())
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %s", timeline.ErrWaitLSNTimeout, st.Message())
+	case codes.OutOfRange:
+		return fmt.Errorf("%w: %s", timeline.ErrBelowGCCutoff, st.Message())
+	case codes.AlreadyExists:
+		return fmt.Errorf("%w: %s", pageserver.ErrTimelineExists, st.Message())
+	}
+	return err
+}
+
+func containsTimeline(msg string) bool {
+	const p = "pageserver: no such timeline"
+	return len(msg) >= len(p) && msg[:len(p)] == p
+}
+
+func fromCode(c pb.Code, msg string) error {
+	switch c {
+	case pb.Code_OK:
+		return nil
+	case pb.Code_NOT_FOUND:
+		return fmt.Errorf("%w: %s", timeline.ErrNotFound, msg)
+	case pb.Code_WAIT_TIMEOUT:
+		return fmt.Errorf("%w: %s", timeline.ErrWaitLSNTimeout, msg)
+	case pb.Code_BELOW_GC_CUTOFF:
+		return fmt.Errorf("%w: %s", timeline.ErrBelowGCCutoff, msg)
+	}
+	return fmt.Errorf("client: %s", msg)
+}
+
+func rt(r pg.RelTag) *pb.RelTag { return &pb.RelTag{Spc: r.Spc, Db: r.DB, Rel: r.Rel, Fork: uint32(r.Fork)} }
+
+// PageRequest asks for one page.
+type PageRequest struct {
+	Page             pg.PageKey
+	RequestLSN       pg.LSN // LatestLSN for a primary
+	NotModifiedSince pg.LSN
+}
+
+// PageResult is one page of a GetPages answer: Data, or Err.
+type PageResult struct {
+	Data []byte
+	Err  error
+}
+
+// streamLocked returns the shared stream, opening it if needed.
+func (c *Client) streamLocked() (pb.PageService_GetPagesClient, error) {
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.stream != nil {
+		return c.stream, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := c.rpc.GetPages(ctx)
+	if err != nil {
+		cancel()
+		return nil, fromStatus(err)
+	}
+	c.stream, c.cancel = s, cancel
+	go c.receive(s)
+	return s, nil
+}
+
+func (c *Client) receive(s pb.PageService_GetPagesClient) {
+	for {
+		resp, err := s.Recv()
+		c.mu.Lock()
+		if err != nil {
+			if c.stream == s {
+				c.stream = nil
+				c.cancel()
+			}
+			for id, ch := range c.waiting {
+				ch <- result{err: fmt.Errorf("client: GetPages stream: %w", fromStatus(err))}
+				delete(c.waiting, id)
+			}
+			c.mu.Unlock()
+			return
+		}
+		ch, ok := c.waiting[resp.Id]
+		delete(c.waiting, resp.Id)
+		c.mu.Unlock()
+		if ok {
+			ch <- result{resp: resp}
+		}
+	}
+}
+
+// GetPages reads a batch of pages of one timeline. The returned slice has
+// one result per request, in order; err is set only when the whole batch
+// failed (connection, unknown timeline).
+func (c *Client) GetPages(ctx context.Context, tl pg.TimelineID, reqs []PageRequest) ([]PageResult, error) {
+	b := &pb.GetPageBatch{Timeline: tl[:], Pages: make([]*pb.GetPageRequest, len(reqs))}
+	for i, r := range reqs {
+		b.Pages[i] = &pb.GetPageRequest{Rel: rt(r.Page.Tag()), Block: r.Page.Block, RequestLsn: uint64(r.RequestLSN), NotModifiedSince: uint64(r.NotModifiedSince)}
+	}
+	ch := make(chan result, 1)
+	c.mu.Lock()
+	s, err := c.streamLocked()
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.nextID++
+	b.Id = c.nextID
+	c.waiting[b.Id] = ch
+	err = s.Send(b)
+	if err != nil {
+		delete(c.waiting, b.Id)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		if err == io.EOF {
+			err = errors.New("client: GetPages stream closed")
+		}
+		return nil, err
+	}
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.waiting, b.Id)
+		c.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.resp.Results) != len(reqs) {
+		return nil, fmt.Errorf("client: %d results for %d pages", len(r.resp.Results), len(reqs))
+	}
+	out := make([]PageResult, len(reqs))
+	for i, pr := range r.resp.Results {
+		out[i] = PageResult{Data: pr.Page, Err: fromCode(pr.Code, pr.Error)}
+		if pr.Code == pb.Code_ERROR && containsTimeline(pr.Error) {
+			return nil, fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, pr.Error)
+		}
+	}
+	return out, nil
+}
+
+// GetPage reads one page.
+func (c *Client) GetPage(ctx context.Context, tl pg.TimelineID, r PageRequest) ([]byte, error) {
+	res, err := c.GetPages(ctx, tl, []PageRequest{r})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Data, res[0].Err
+}
+
+// PageWrite is a page image written at the compute's WAL position W.
+type PageWrite = timeline.PageWrite
+
+// PutPages sends page writes (writeback mode). It returns the timeline's
+// durable LSN: writes at or below it survive a pageserver restart.
+func (c *Client) PutPages(ctx context.Context, tl pg.TimelineID, ws []PageWrite) (pg.LSN, error) {
+	req := &pb.PutPagesRequest{Timeline: tl[:], Pages: make([]*pb.PageWrite, len(ws))}
+	for i, w := range ws {
+		req.Pages[i] = &pb.PageWrite{Rel: rt(w.Page.Tag()), Block: w.Page.Block, W: uint64(w.W), Page: w.Data}
+	}
+	resp, err := c.rpc.PutPages(ctx, req)
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return pg.LSN(resp.DurableLsn), nil
+}
+
+// RelSize is a relation fork's size and existence.
+type RelSize struct {
+	Exists  bool
+	Nblocks uint32
+}
+
+// Nblocks returns the sizes of relation forks at lsn.
+func (c *Client) Nblocks(ctx context.Context, tl pg.TimelineID, rels []pg.RelTag, lsn, notModifiedSince pg.LSN) ([]RelSize, error) {
+	req := &pb.NblocksRequest{Timeline: tl[:], RequestLsn: uint64(lsn), NotModifiedSince: uint64(notModifiedSince)}
+	for _, r := range rels {
+		req.Rels = append(req.Rels, rt(r))
+	}
+	resp, err := c.rpc.Nblocks(ctx, req)
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	if len(resp.Exists) != len(rels) || len(resp.Nblocks) != len(rels) {
+		return nil, errors.New("client: short Nblocks answer")
+	}
+	out := make([]RelSize, len(rels))
+	for i := range rels {
+		out[i] = RelSize{Exists: resp.Exists[i], Nblocks: resp.Nblocks[i]}
+	}
+	return out, nil
+}
+
+// Exists reports whether a relation fork exists at lsn.
+func (c *Client) Exists(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, lsn pg.LSN) (bool, error) {
+	r, err := c.Nblocks(ctx, tl, []pg.RelTag{rel}, lsn, 0)
+	if err != nil {
+		return false, err
+	}
+	return r[0].Exists, nil
+}
+
+// DBSize returns the size of a database's relations in bytes.
+func (c *Client) DBSize(ctx context.Context, tl pg.TimelineID, spc, db uint32, lsn pg.LSN) (int64, error) {
+	resp, err := c.rpc.DbSize(ctx, &pb.DbSizeRequest{Timeline: tl[:], Spc: spc, Db: db, RequestLsn: uint64(lsn)})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return resp.Bytes, nil
+}
+
+// SetRelSize creates, truncates or extends a relation fork at W.
+func (c *Client) SetRelSize(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, n uint32, w pg.LSN) error {
+	_, err := c.rpc.RelOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_SET_SIZE, Rel: rt(rel), Nblocks: n, W: uint64(w)})
+	return fromStatus(err)
+}
+
+// DropRel drops a relation fork at W.
+func (c *Client) DropRel(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, w pg.LSN) error {
+	_, err := c.rpc.RelOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_DROP, Rel: rt(rel), W: uint64(w)})
+	return fromStatus(err)
+}
+
+// GetFile returns a non-relation file's content at lsn.
+func (c *Client) GetFile(ctx context.Context, tl pg.TimelineID, path string, lsn pg.LSN) ([]byte, error) {
+	resp, err := c.rpc.GetFile(ctx, &pb.GetFileRequest{Timeline: tl[:], Path: path, RequestLsn: uint64(lsn)})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.Data, nil
+}
+
+// WriteFile writes data at off into a non-relation file at W.
+func (c *Client) WriteFile(ctx context.Context, tl pg.TimelineID, path string, off int64, data []byte, w pg.LSN) error {
+	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_WRITE, Path: path, Offset: off, Data: data, W: uint64(w)})
+	return fromStatus(err)
+}
+
+// TruncateFile sets a non-relation file's size at W.
+func (c *Client) TruncateFile(ctx context.Context, tl pg.TimelineID, path string, size int64, w pg.LSN) error {
+	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_TRUNCATE, Path: path, Size: size, W: uint64(w)})
+	return fromStatus(err)
+}
+
+// UnlinkFile removes a non-relation file at W.
+func (c *Client) UnlinkFile(ctx context.Context, tl pg.TimelineID, path string, w pg.LSN) error {
+	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_UNLINK, Path: path, W: uint64(w)})
+	return fromStatus(err)
+}
+
+// FileInfo names a non-relation file.
+type FileInfo = timeline.FileInfo
+
+// ListFiles returns the non-relation files and the relation forks at lsn.
+func (c *Client) ListFiles(ctx context.Context, tl pg.TimelineID, lsn pg.LSN) ([]FileInfo, []pg.RelTag, error) {
+	resp, err := c.rpc.ListFiles(ctx, &pb.ListFilesRequest{Timeline: tl[:], RequestLsn: uint64(lsn)})
+	if err != nil {
+		return nil, nil, fromStatus(err)
+	}
+	var fs []FileInfo
+	for _, f := range resp.Files {
+		fs = append(fs, FileInfo{Path: f.Path, Size: f.Size})
+	}
+	var rels []pg.RelTag
+	for _, r := range resp.Rels {
+		rels = append(rels, pg.RelTag{Spc: r.Spc, DB: r.Db, Rel: r.Rel, Fork: pg.ForkNumber(r.Fork)})
+	}
+	return fs, rels, nil
+}
+
+// Basebackup writes a tar of the data directory at lsn to w.
+func (c *Client) Basebackup(ctx context.Context, tl pg.TimelineID, lsn pg.LSN, w io.Writer) error {
+	s, err := c.rpc.Basebackup(ctx, &pb.BasebackupRequest{Timeline: tl[:], Lsn: uint64(lsn)})
+	if err != nil {
+		return fromStatus(err)
+	}
+	for {
+		ch, err := s.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fromStatus(err)
+		}
+		if _, err := w.Write(ch.Data); err != nil {
+			return err
+		}
+	}
+}
+
+// TimelineInfo describes a timeline.
+type TimelineInfo struct {
+	ID          pg.TimelineID
+	Ancestor    pg.TimelineID // zero for a root
+	AncestorLSN pg.LSN
+	LSNs        timeline.LSNs
+	Layers      int
+}
+
+func fromInfo(i *pb.TimelineInfo) TimelineInfo {
+	var t TimelineInfo
+	copy(t.ID[:], i.Timeline)
+	copy(t.Ancestor[:], i.Ancestor)
+	t.AncestorLSN = pg.LSN(i.AncestorLsn)
+	t.LSNs = timeline.LSNs{LastRecord: pg.LSN(i.LastRecordLsn), Commit: pg.LSN(i.CommitLsn), Durable: pg.LSN(i.DurableLsn),
+		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Pending: int(i.Pending)}
+	t.Layers = int(i.Layers)
+	return t
+}
+
+// CreateTimeline creates an empty root timeline.
+func (c *Client) CreateTimeline(ctx context.Context, id pg.TimelineID) (TimelineInfo, error) {
+	r, err := c.rpc.CreateTimeline(ctx, &pb.TimelineRequest{Timeline: id[:]})
+	if err != nil {
+		return TimelineInfo{}, fromStatus(err)
+	}
+	return fromInfo(r), nil
+}
+
+// Branch creates id as a branch of parent at LSN at (0: the parent's last record).
+func (c *Client) Branch(ctx context.Context, parent, id pg.TimelineID, at pg.LSN) (TimelineInfo, error) {
+	r, err := c.rpc.CreateTimeline(ctx, &pb.TimelineRequest{Timeline: id[:], Ancestor: parent[:], AncestorLsn: uint64(at)})
+	if err != nil {
+		return TimelineInfo{}, fromStatus(err)
+	}
+	return fromInfo(r), nil
+}
+
+// ListTimelines lists the pageserver's timelines.
+func (c *Client) ListTimelines(ctx context.Context) ([]TimelineInfo, error) {
+	r, err := c.rpc.ListTimelines(ctx, &pb.ListTimelinesRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	var out []TimelineInfo
+	for _, i := range r.Timelines {
+		out = append(out, fromInfo(i))
+	}
+	return out, nil
+}
+
+// AdvanceCommitLSN raises a timeline's commit LSN (writeback gate).
+func (c *Client) AdvanceCommitLSN(ctx context.Context, id pg.TimelineID, lsn pg.LSN) error {
+	_, err := c.rpc.AdvanceCommitLSN(ctx, &pb.AdvanceCommitLSNRequest{Timeline: id[:], CommitLsn: uint64(lsn)})
+	return fromStatus(err)
+}

@@ -1,0 +1,331 @@
+package pageserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoTimeline: the timeline does not exist.
+	ErrNoTimeline = errors.New("pageserver: no such timeline")
+	// ErrTimelineExists: CreateTimeline or Branch with an ID in use.
+	ErrTimelineExists = errors.New("pageserver: timeline exists")
+)
+
+// Deps are the pageserver's collaborators.
+type Deps struct {
+	Log      zerolog.Logger
+	Registry prometheus.Registerer // nil: no metrics
+	// Store is the object store (nil: local only, nothing survives disk loss).
+	Store objectstore.Store
+	// Commit returns the commit LSN source of a timeline (nil: a settable
+	// timeline.CommitLSN per timeline, advanced with AdvanceCommitLSN).
+	Commit func(pg.TimelineID) timeline.CommitLSNSource
+	// Redo materializes delta records (nil: none; writeback needs none).
+	Redo timeline.Redo
+}
+
+// Pageserver owns the timelines of one data directory. Safe for concurrent use.
+type Pageserver struct {
+	cfg     Config
+	d       Deps
+	remote  *manifest.Remote
+	metrics *timeline.Metrics
+
+	mu        sync.RWMutex
+	timelines map[pg.TimelineID]*timeline.Timeline
+	commits   map[pg.TimelineID]*timeline.CommitLSN
+}
+
+// meta is timelines/<id>/timeline.json: what is needed to open a timeline
+// before its manifest (the ancestry).
+type meta struct {
+	Ancestor    string `json:"ancestor,omitempty"`
+	AncestorLSN pg.LSN `json:"ancestor_lsn,omitempty"`
+}
+
+// New opens every timeline found in cfg.DataDir and, when a store is given,
+// every timeline the object store has a manifest for (a pageserver started
+// on an empty disk serves them by fetching layers on demand).
+func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pageserver{cfg: cfg, d: d, timelines: map[pg.TimelineID]*timeline.Timeline{}, commits: map[pg.TimelineID]*timeline.CommitLSN{}}
+	if d.Store != nil {
+		p.remote = &manifest.Remote{Store: d.Store, Parallel: cfg.UploadParallelism}
+	}
+	if d.Registry != nil {
+		p.metrics = timeline.NewMetrics(d.Registry)
+	}
+	metas := map[pg.TimelineID]meta{}
+	ents, err := os.ReadDir(filepath.Join(cfg.DataDir, "timelines"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range ents {
+		id, err := pg.ParseTimelineID(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(p.dir(id), "timeline.json"))
+		if err != nil {
+			return nil, fmt.Errorf("pageserver: timeline %s: %w", id, err)
+		}
+		var m meta
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("pageserver: timeline %s: %w", id, err)
+		}
+		metas[id] = m
+	}
+	if p.remote != nil {
+		ids, err := p.remote.Timelines(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pageserver: listing remote timelines: %w", err)
+		}
+		for _, id := range ids {
+			if _, ok := metas[id]; ok {
+				continue
+			}
+			m, err := p.remote.Latest(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			mt := meta{Ancestor: m.Ancestor, AncestorLSN: m.AncestorLSN}
+			if err := p.writeMeta(id, mt); err != nil {
+				return nil, err
+			}
+			metas[id] = mt
+		}
+	}
+	// Open ancestors before their branches.
+	var open func(id pg.TimelineID, depth int) error
+	open = func(id pg.TimelineID, depth int) error {
+		if _, ok := p.timelines[id]; ok {
+			return nil
+		}
+		m := metas[id]
+		var anc *timeline.Timeline
+		if m.Ancestor != "" {
+			aid, err := pg.ParseTimelineID(m.Ancestor)
+			if err != nil {
+				return err
+			}
+			if _, ok := metas[aid]; !ok || depth > 1000 {
+				return fmt.Errorf("pageserver: timeline %s: ancestor %s missing", id, aid)
+			}
+			if err := open(aid, depth+1); err != nil {
+				return err
+			}
+			anc = p.timelines[aid]
+		}
+		tl, err := p.openTimeline(ctx, id, anc, m.AncestorLSN)
+		if err != nil {
+			return err
+		}
+		p.timelines[id] = tl
+		return nil
+	}
+	for id := range metas {
+		if err := open(id, 0); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
+	p.updateRetain()
+	return p, nil
+}
+
+func (p *Pageserver) dir(id pg.TimelineID) string {
+	return filepath.Join(p.cfg.DataDir, "timelines", id.String())
+}
+
+func (p *Pageserver) writeMeta(id pg.TimelineID, m meta) error {
+	if err := os.MkdirAll(p.dir(id), 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(m)
+	tmp := filepath.Join(p.dir(id), "timeline.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(p.dir(id), "timeline.json"))
+}
+
+func (p *Pageserver) openTimeline(ctx context.Context, id pg.TimelineID, anc *timeline.Timeline, ancLSN pg.LSN) (*timeline.Timeline, error) {
+	var commit timeline.CommitLSNSource
+	if p.d.Commit != nil {
+		commit = p.d.Commit(id)
+	} else {
+		c := &timeline.CommitLSN{}
+		p.commits[id] = c
+		commit = c
+	}
+	return timeline.Open(ctx, id, p.dir(id), p.cfg.Options(), timeline.Deps{
+		Log: p.d.Log, Commit: commit, Redo: p.d.Redo, Policy: p.cfg.Policy(),
+		Remote: p.remote, Metrics: p.metrics, Ancestor: anc, AncestorLSN: ancLSN,
+	})
+}
+
+// Timeline returns an open timeline or ErrNoTimeline.
+func (p *Pageserver) Timeline(id pg.TimelineID) (*timeline.Timeline, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	tl, ok := p.timelines[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNoTimeline, id)
+	}
+	return tl, nil
+}
+
+// CreateTimeline creates an empty root timeline.
+func (p *Pageserver) CreateTimeline(ctx context.Context, id pg.TimelineID) (*timeline.Timeline, error) {
+	return p.create(ctx, id, pg.TimelineID{}, 0)
+}
+
+// Branch creates timeline id as a branch of parent at LSN at: it reads the
+// parent's history at or below at. at must be at or above the parent's GC
+// cutoff; LatestLSN (or 0) branches at the parent's last record LSN.
+func (p *Pageserver) Branch(ctx context.Context, parent, id pg.TimelineID, at pg.LSN) (*timeline.Timeline, error) {
+	return p.create(ctx, id, parent, at)
+}
+
+func (p *Pageserver) create(ctx context.Context, id, parent pg.TimelineID, at pg.LSN) (*timeline.Timeline, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("pageserver: zero timeline id")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.timelines[id]; ok {
+		return nil, fmt.Errorf("%w: %s", ErrTimelineExists, id)
+	}
+	var anc *timeline.Timeline
+	m := meta{}
+	if !parent.IsZero() {
+		var ok bool
+		if anc, ok = p.timelines[parent]; !ok {
+			return nil, fmt.Errorf("%w: parent %s", ErrNoTimeline, parent)
+		}
+		l := anc.LSNs()
+		if at == 0 || at == timeline.LatestLSN {
+			at = l.LastRecord
+		}
+		if at < l.GCCutoff {
+			return nil, fmt.Errorf("%w: branch at %s, parent cutoff %s", timeline.ErrBelowGCCutoff, at, l.GCCutoff)
+		}
+		if at > l.LastRecord {
+			return nil, fmt.Errorf("pageserver: branch at %s is past the parent's last record %s", at, l.LastRecord)
+		}
+		m = meta{Ancestor: parent.String(), AncestorLSN: at}
+	}
+	if err := p.writeMeta(id, m); err != nil {
+		return nil, err
+	}
+	tl, err := p.openTimeline(ctx, id, anc, at)
+	if err != nil {
+		return nil, err
+	}
+	p.timelines[id] = tl
+	p.updateRetainLocked()
+	// Publish generation 1 at once so the timeline (and its ancestry)
+	// survives the loss of the local disk.
+	if p.remote != nil {
+		if err := tl.Upload(ctx); err != nil {
+			p.d.Log.Warn().Err(err).Stringer("timeline", id).Msg("initial manifest upload failed; retried in background")
+		}
+	}
+	return tl, nil
+}
+
+func (p *Pageserver) updateRetain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.updateRetainLocked()
+}
+
+func (p *Pageserver) updateRetainLocked() {
+	retain := map[*timeline.Timeline][]pg.LSN{}
+	for _, tl := range p.timelines {
+		if a, at := tl.Ancestor(); a != nil {
+			retain[a] = append(retain[a], at)
+		}
+	}
+	for _, tl := range p.timelines {
+		tl.SetRetainLSNs(retain[tl])
+	}
+}
+
+// AdvanceCommitLSN raises the commit LSN of a timeline whose commit LSN
+// source is the built-in settable one, and releases gated versions.
+func (p *Pageserver) AdvanceCommitLSN(id pg.TimelineID, lsn pg.LSN) error {
+	p.mu.RLock()
+	c, ok := p.commits[id]
+	tl := p.timelines[id]
+	p.mu.RUnlock()
+	if tl == nil {
+		return fmt.Errorf("%w: %s", ErrNoTimeline, id)
+	}
+	if !ok {
+		return fmt.Errorf("pageserver: timeline %s takes its commit LSN from the safekeepers", id)
+	}
+	c.Set(lsn)
+	return tl.CommitAdvanced()
+}
+
+// Timelines returns the open timelines sorted by ID.
+func (p *Pageserver) Timelines() []*timeline.Timeline {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := make([]*timeline.Timeline, 0, len(p.timelines))
+	for _, tl := range p.timelines {
+		out = append(out, tl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID().String() < out[j].ID().String() })
+	return out
+}
+
+// Close closes every timeline (children first).
+func (p *Pageserver) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	closed := map[pg.TimelineID]bool{}
+	for len(closed) < len(p.timelines) {
+		progress := false
+		for id, tl := range p.timelines {
+			if closed[id] {
+				continue
+			}
+			busy := false
+			for cid, c := range p.timelines {
+				if a, _ := c.Ancestor(); a == tl && !closed[cid] {
+					busy = true
+				}
+			}
+			if !busy {
+				errs = append(errs, tl.Close())
+				closed[id] = true
+				progress = true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
