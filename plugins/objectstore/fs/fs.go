@@ -66,6 +66,7 @@ type Store struct {
 	// Put's mkdir and its rename into it (Puts hold it shared). Stores in
 	// other processes can still do that: Put then tries again.
 	dirMu sync.RWMutex
+	bufs  sync.Pool // of *[]byte copy buffers for Put
 
 	closed atomic.Bool
 }
@@ -100,7 +101,9 @@ func New(cfg Config, log zerolog.Logger) (*Store, error) {
 	if stale > 0 {
 		log.Info().Int("areas", stale).Msg("removed temporary files left by a crashed process")
 	}
-	return &Store{root: root, cfg: cfg, log: log, tmp: tmp}, nil
+	s := &Store{root: root, cfg: cfg, log: log, tmp: tmp}
+	s.bufs.New = func() any { b := make([]byte, 128<<10); return &b }
+	return s, nil
 }
 
 // Root returns the absolute root directory.
@@ -123,8 +126,6 @@ func (s *Store) check(ctx context.Context, key string) (string, error) {
 	}
 	return s.Path(key)
 }
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 128<<10); return &b }}
 
 // writerOnly hides os.File's ReadFrom, so that io.CopyBuffer uses our
 // buffer and our context-checking reader.
@@ -154,9 +155,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		}
 	}()
 
-	bp := bufPool.Get().(*[]byte)
+	bp := s.bufs.Get().(*[]byte)
 	n, err := io.CopyBuffer(writerOnly{f}, objectstore.ContextReader(ctx, r), *bp)
-	bufPool.Put(bp)
+	s.bufs.Put(bp)
 	if err != nil {
 		return fmt.Errorf("fs: put %q: writing %s: %w", key, tmpName, err)
 	}
