@@ -44,6 +44,19 @@ var (
 
 func longTests() bool { return os.Getenv("STRATA_LONG_TESTS") == "1" }
 
+// benchWAL is sharedWAL for benchmarks.
+func benchWAL(b *testing.B) *workloadWAL {
+	b.Helper()
+	if err := pgtest.Available(); err != nil {
+		b.Skip(err)
+	}
+	walOnce.Do(func() { walData, walErr = runWorkload(b) })
+	if walErr != nil {
+		b.Fatal(walErr)
+	}
+	return walData
+}
+
 // sharedWAL runs the workload once per test binary.
 func sharedWAL(t *testing.T) *workloadWAL {
 	t.Helper()
@@ -60,7 +73,7 @@ func sharedWAL(t *testing.T) *workloadWAL {
 	return walData
 }
 
-func runWorkload(t *testing.T) (w *workloadWAL, err error) {
+func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	defer func() {
 		if e := recover(); e != nil {
 			err = fmt.Errorf("workload: %v", e)
@@ -174,7 +187,7 @@ type verifyStats struct {
 
 // verify redoes every block reference that carries a consistency-check
 // image from the previous version of the page and compares, after masking.
-func verify(t *testing.T, src wal.Source, start, end pg.LSN) *verifyStats {
+func verify(t testing.TB, src wal.Source, start, end pg.LSN) *verifyStats {
 	t.Helper()
 	st := &verifyStats{verified: map[string]int{}, mismatches: map[string]int{}, unsupported: map[string]int{}}
 	pages := map[pg.PageKey][]byte{}

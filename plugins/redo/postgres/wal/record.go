@@ -178,6 +178,7 @@ func (r *Record) FPILen() int {
 func (r *Record) Clone() *Record {
 	c := *r
 	c.Raw = append([]byte(nil), r.Raw...)
+	c.Blocks = nil // do not share the reader's array
 	// Re-point slices into the copy.
 	if err := c.decodeBody(); err != nil {
 		panic("wal: clone of a decoded record failed to decode: " + err.Error())
