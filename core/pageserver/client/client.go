@@ -119,7 +119,9 @@ func fromCode(c pb.Code, msg string) error {
 	return fmt.Errorf("client: %s", msg)
 }
 
-func rt(r pg.RelTag) *pb.RelTag { return &pb.RelTag{Spc: r.Spc, Db: r.DB, Rel: r.Rel, Fork: uint32(r.Fork)} }
+func rt(r pg.RelTag) *pb.RelTag {
+	return &pb.RelTag{Spc: r.Spc, Db: r.DB, Rel: r.Rel, Fork: uint32(r.Fork)}
+}
 
 // PageRequest asks for one page.
 type PageRequest struct {
