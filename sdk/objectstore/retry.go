@@ -99,11 +99,12 @@ var _ Store = (*retryStore)(nil)
 // do calls fn until it succeeds, fails with a non-transient error, or the
 // policy is exhausted. canRetry, when not nil, is asked before each retry.
 func (rs *retryStore) do(ctx context.Context, op, key string, canRetry func() bool, fn func() error) error {
+	start := time.Now()
 	err := fn()
 	if err == nil || !IsTransient(err) {
 		return err
 	}
-	return rs.retryAfter(ctx, op, key, err, time.Now(), canRetry, fn)
+	return rs.retryAfter(ctx, op, key, err, start, canRetry, fn)
 }
 
 // retryAfter continues a call whose first attempt, started at start, failed
