@@ -84,7 +84,7 @@ func buildWAL(t testing.TB, base pg.LSN, bodies [][]byte) ([]byte, []pg.LSN) {
 // and main data of n bytes.
 func heapBody(n int) []byte {
 	var b []byte
-	b = append(b, 0, 0x20)                    // block 0, main fork, HAS_DATA
+	b = append(b, 0, 0x20)                     // block 0, main fork, HAS_DATA
 	b = binary.LittleEndian.AppendUint16(b, 5) // data length
 	b = binary.LittleEndian.AppendUint32(b, 1663)
 	b = binary.LittleEndian.AppendUint32(b, 5)
