@@ -164,6 +164,11 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 	if opts.Size >= 0 && n != opts.Size {
 		return fmt.Errorf("fs: put %q: body has %d bytes, PutOptions.Size said %d", key, n, opts.Size)
 	}
+	// CreateTemp makes files 0600; objects are as readable as the
+	// directories (0755) that hold them.
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("fs: put %q: chmod %s: %w", key, tmpName, err)
+	}
 	if !s.cfg.NoSync {
 		if err := f.Sync(); err != nil {
 			return fmt.Errorf("fs: put %q: fsync %s: %w", key, tmpName, err)

@@ -81,9 +81,13 @@ func TestObjectsAreFilesUnderRoot(t *testing.T) {
 	s := open(t, Config{})
 	defer s.Close()
 	put(t, s, "layers/t1/000001", "layer")
-	b, err := os.ReadFile(filepath.Join(s.Root(), "layers%", "t1%", "000001"))
+	file := filepath.Join(s.Root(), "layers%", "t1%", "000001")
+	b, err := os.ReadFile(file)
 	if err != nil || string(b) != "layer" {
 		t.Fatalf("object file: %q, %v", b, err)
+	}
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("object file mode: %v, %v; want 0644", st.Mode(), err)
 	}
 	// Delete removes the directories it empties, but not Root.
 	put(t, s, "layers/t2/x", "x")
