@@ -11,7 +11,14 @@
 // never leaves a partial object under its key. Temporary files of a crashed
 // process are removed by the next New on the same root.
 //
-// See paths.go for how keys map to file names.
+// Layout: key "layers/t1/000001" is the file Root/layers%/t1%/000001.
+// Directories carry a trailing '%' (and '%' in a key is escaped as "%25")
+// so that one key can be an object and the prefix of others at once, as in
+// every object store; segments longer than 240 bytes are cut into nested
+// directories. paths.go has the details. Temporary files live in Root/%tmp
+// and never appear in List.
+//
+// Config in YAML (core/config): objectstore: {type: fs, fs: {root: DIR}}.
 package fs
 
 import (
