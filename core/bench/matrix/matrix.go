@@ -77,8 +77,9 @@ type Matrix struct {
 	Pgbench  Pgbench `yaml:"pgbench"`
 	// LoadWorkers is the number of parallel loading connections.
 	LoadWorkers int `yaml:"load_workers"`
-	// NoSamplers turns off the wait sampler and ping probe.
-	NoSamplers bool `yaml:"no_samplers"`
+	// Samplers is an axis of "on"/"off": with off, the wait sampler and the
+	// ping probe do not run (to measure their cost). Default on.
+	Samplers Axis `yaml:"samplers"`
 	// CheckpointBeforeWindow runs CHECKPOINT at the end of ramp-up, so the
 	// window starts right after a checkpoint (FPIs as after a checkpoint).
 	CheckpointBeforeWindow bool `yaml:"checkpoint_before_window"`
@@ -96,6 +97,8 @@ type Config struct {
 	Duration   time.Duration
 	Rampup     time.Duration
 	Pgbench    Pgbench
+	// NoSamplers turns the wait sampler and ping probe off.
+	NoSamplers bool
 }
 
 // Run is one scheduled run.
@@ -126,9 +129,14 @@ func (c Config) Series() string {
 		s += " " + l
 	}
 	if c.Workload == "pgbench" {
-		return s + fmt.Sprintf(" scale=%d", c.Warehouses)
+		s += fmt.Sprintf(" scale=%d", c.Warehouses)
+	} else {
+		s += fmt.Sprintf(" wh=%d", c.Warehouses)
 	}
-	return s + fmt.Sprintf(" wh=%d", c.Warehouses)
+	if c.NoSamplers {
+		s += " samplers=off"
+	}
+	return s
 }
 
 // Label names the configuration.
@@ -199,6 +207,14 @@ func (m *Matrix) defaults() error {
 	if m.Repeats == 0 {
 		m.Repeats = 1
 	}
+	if len(m.Samplers) == 0 {
+		m.Samplers = Axis{"on"}
+	}
+	for _, v := range m.Samplers {
+		if v != "on" && v != "off" {
+			return bad("samplers: %q is not on or off", v)
+		}
+	}
 	if m.P95Limit == "" {
 		m.P95Limit = "20ms"
 	}
@@ -265,8 +281,11 @@ func (m *Matrix) Configs() []Config {
 				wn, _ := strconv.Atoi(w)
 				for _, v := range m.VirtualUsers {
 					vn, _ := strconv.Atoi(v)
-					out = append(out, Config{Target: t, Workload: m.Workload, Settings: s, VUs: vn,
-						Warehouses: wn, Duration: dur, Rampup: ramp, Pgbench: m.Pgbench})
+					for _, smp := range m.Samplers {
+						out = append(out, Config{Target: t, Workload: m.Workload, Settings: s, VUs: vn,
+							Warehouses: wn, Duration: dur, Rampup: ramp, Pgbench: m.Pgbench,
+							NoSamplers: smp == "off"})
+					}
 				}
 			}
 		}

@@ -361,3 +361,9 @@ func (s *stock) logTail() string {
 	}
 	return string(b)
 }
+
+// WALDir is the server's pg_wal folder (for pg_waldump).
+func (s *stock) WALDir() string { return filepath.Join(s.data, "pg_wal") }
+
+// BinDir is the PostgreSQL programs' folder.
+func (s *stock) BinDir() string { return s.cfg.BinDir }

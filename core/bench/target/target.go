@@ -224,3 +224,12 @@ var (
 	_ Target = (*urlTarget)(nil)
 	_ Target = (*stock)(nil)
 )
+
+// WALSource is implemented by targets whose WAL files the bench can read
+// (managed targets), so that pg_waldump can measure full-page-image bytes.
+type WALSource interface {
+	WALDir() string
+	BinDir() string
+}
+
+var _ WALSource = (*stock)(nil)

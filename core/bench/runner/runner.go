@@ -1,0 +1,575 @@
+// Package runner executes a strata bench matrix: it starts and switches
+// targets, applies each configuration's settings (restarting when needed),
+// loads a template database once per target and size and clones it before
+// every run, drives TPROC-C or pgbench, collects everything around the timed
+// window, checks TPC-C consistency, and saves each run in the results
+// database as soon as it ends. Ctrl-C (context cancellation) stops the run
+// in progress, keeps what it measured, and stops every managed server.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/bench/collect"
+	"github.com/stratadb/strata/core/bench/matrix"
+	"github.com/stratadb/strata/core/bench/pgbench"
+	"github.com/stratadb/strata/core/bench/results"
+	"github.com/stratadb/strata/core/bench/target"
+	"github.com/stratadb/strata/core/bench/tpcc"
+)
+
+// RunDB is the database each run uses, cloned from the template.
+const RunDB = "strata_bench_run"
+
+// CPUNoisePct is the share of the machine that other processes may use
+// before a run is flagged as noisy.
+const CPUNoisePct = 10.0
+
+// Options shape a matrix execution.
+type Options struct {
+	Matrix   *matrix.Matrix
+	Store    *results.Store
+	Registry target.Registry
+	Log      zerolog.Logger
+	// Progress receives progress bars and the live summary line (nil: none).
+	Progress io.Writer
+	GitRev   string
+	Machine  map[string]string
+	// Seed makes the workload's random draws repeatable.
+	Seed uint64
+}
+
+// Runner executes one matrix. It is used from one goroutine.
+type Runner struct {
+	opts    Options
+	targets map[string]target.Target
+	active  target.Target
+	loaded  map[string]bool
+}
+
+// Execute runs the whole schedule and returns the saved runs. When ctx is
+// cancelled it returns the runs saved so far (the one in progress
+// included, marked interrupted) and ctx's error.
+func Execute(ctx context.Context, opts Options) ([]*results.Run, error) {
+	if opts.Registry == nil {
+		opts.Registry = target.DefaultRegistry()
+	}
+	if opts.Machine == nil {
+		opts.Machine = MachineInfo()
+	}
+	r := &Runner{opts: opts, targets: map[string]target.Target{}, loaded: map[string]bool{}}
+	defer r.closeAll()
+	// Fail fast on targets that cannot exist (e.g. kind strata).
+	for _, tc := range opts.Matrix.Targets {
+		t, err := opts.Registry.New(tc, opts.Log)
+		if err != nil {
+			return nil, err
+		}
+		r.targets[tc.Name] = t
+	}
+	sched := opts.Matrix.Schedule()
+	var out []*results.Run
+	for i, run := range sched {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		opts.Log.Info().Int("run", i+1).Int("of", len(sched)).Str("config", run.Label()).Int("repeat", run.Repeat).Msg("run starting")
+		res, err := r.one(ctx, i, len(sched), run)
+		if res != nil {
+			if serr := opts.Store.Save(context.WithoutCancel(ctx), res); serr != nil {
+				return out, serr
+			}
+			out = append(out, res)
+			r.printLine(fmt.Sprintf("[%d/%d] %s rep %d: %s\n", i+1, len(sched), run.Label(), run.Repeat, Headline(res)))
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			opts.Log.Error().Err(err).Str("config", run.Label()).Msg("run failed")
+		}
+	}
+	return out, nil
+}
+
+// Headline renders a run's main figures on one line.
+func Headline(r *results.Run) string {
+	s := ""
+	if r.Workload == "tpcc" {
+		s = fmt.Sprintf("NOPM %.0f TPM %.0f p95(NO) %.2f ms", r.NOPM, r.TPM, r.P95)
+		if v, ok := r.Metrics["wal_bytes_per_new_order"]; ok {
+			s += fmt.Sprintf(" WAL/NO %.1f KB", v/1024)
+		}
+	} else {
+		s = fmt.Sprintf("TPS %.0f p95 %.2f ms", r.TPM/60, r.P95)
+	}
+	if v, ok := r.Metrics["fpi_bytes_share"]; ok {
+		s += fmt.Sprintf(" FPI %.0f%%", 100*v)
+	}
+	s += fmt.Sprintf(" other-CPU %.0f%% [%s]", r.Metrics["cpu_other_pct"], r.Status)
+	return s
+}
+
+func (r *Runner) printLine(s string) {
+	if r.opts.Progress != nil {
+		fmt.Fprint(r.opts.Progress, "\r\033[K"+s)
+	}
+}
+
+func (r *Runner) closeAll() {
+	for name, t := range r.targets {
+		if err := t.Close(); err != nil {
+			r.opts.Log.Warn().Err(err).Str("target", name).Msg("close target")
+		}
+	}
+}
+
+func (r *Runner) activate(ctx context.Context, t target.Target) error {
+	if r.active == t {
+		return nil
+	}
+	if r.active != nil {
+		if err := r.active.Stop(ctx); err != nil {
+			return err
+		}
+	}
+	r.active = t
+	return t.Start(ctx)
+}
+
+func templateName(run matrix.Run) string {
+	if run.Workload == "pgbench" {
+		return fmt.Sprintf("strata_bench_pgbench_s%d", run.Warehouses)
+	}
+	return fmt.Sprintf("strata_bench_tpcc_w%d", run.Warehouses)
+}
+
+func (r *Runner) ensureTemplate(ctx context.Context, t target.Target, run matrix.Run) error {
+	tmpl := templateName(run)
+	key := t.Name() + "/" + tmpl
+	if r.loaded[key] {
+		return nil
+	}
+	base := t.URL()
+	if run.Workload == "pgbench" {
+		ok, err := pgbenchTemplateExists(ctx, base, tmpl, run.Warehouses)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			r.opts.Log.Info().Str("target", t.Name()).Int("scale", run.Warehouses).Msg("pgbench init")
+			admin, err := tpcc.Connect(ctx, base, "")
+			if err != nil {
+				return err
+			}
+			err = tpcc.DropDatabase(ctx, admin, tmpl)
+			if err == nil {
+				_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize())
+			}
+			admin.Close(context.Background())
+			if err != nil {
+				return err
+			}
+			if err := pgbench.Init(ctx, pgbench.Options{BinDir: binDir(t), URL: urlWithDB(base, tmpl), Scale: run.Warehouses}); err != nil {
+				return err
+			}
+			if err := execOn(ctx, base, tmpl, "VACUUM (ANALYZE, FREEZE)"); err != nil {
+				return err
+			}
+		}
+	} else {
+		ok, err := tpcc.DatabaseExists(ctx, base, tmpl, run.Warehouses)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			workers := r.opts.Matrix.LoadWorkers
+			if workers == 0 {
+				workers = max(2, runtime.NumCPU())
+			}
+			err := tpcc.Load(ctx, tpcc.LoadOptions{Base: base, DB: tmpl, Warehouses: run.Warehouses,
+				Workers: workers, Progress: r.opts.Progress, Log: r.opts.Log, Seed: r.opts.Seed + 1})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	r.loaded[key] = true
+	return nil
+}
+
+// urlWithDB returns base pointed at db, as a libpq connection string.
+func urlWithDB(base, db string) string {
+	cfg, err := tpcc.ConnConfig(base, db)
+	if err != nil {
+		return base
+	}
+	s := fmt.Sprintf("host=%s port=%d user=%s dbname=%s", cfg.Host, cfg.Port, cfg.User, db)
+	if cfg.Password != "" {
+		s += " password=" + cfg.Password
+	}
+	if cfg.TLSConfig == nil {
+		s += " sslmode=disable"
+	}
+	return s
+}
+
+func binDir(t target.Target) string {
+	if w, ok := t.(target.WALSource); ok {
+		return w.BinDir()
+	}
+	return pgbench.DefaultBinDir
+}
+
+func execOn(ctx context.Context, base, db, q string) error {
+	c, err := tpcc.Connect(ctx, base, db)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, q)
+	return err
+}
+
+func pgbenchTemplateExists(ctx context.Context, base, db string, scale int) (bool, error) {
+	admin, err := tpcc.Connect(ctx, base, "")
+	if err != nil {
+		return false, err
+	}
+	defer admin.Close(context.Background())
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", db).Scan(&n); err != nil || n == 0 {
+		return false, err
+	}
+	c, err := tpcc.Connect(ctx, base, db)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close(context.Background())
+	var branches int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM pgbench_branches").Scan(&branches); err != nil {
+		return false, nil
+	}
+	return branches == scale, nil
+}
+
+// one executes a run. It returns the run to save (also for failures after
+// the window began) and the error.
+func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*results.Run, error) {
+	m := r.opts.Matrix
+	t := r.targets[run.Target.Name]
+	res := &results.Run{Matrix: m.Name, Label: run.Label(), Series: run.Series(), Target: t.Name(),
+		TargetKind: t.Kind(), Workload: run.Workload, Repeat: run.Repeat, VUs: run.VUs,
+		Warehouses: run.Warehouses, Settings: map[string]string{}, Machine: map[string]string{},
+		GitRev: r.opts.GitRev, StartedAt: time.Now(), Status: "failed",
+		Metrics: map[string]float64{}, Waits: map[string]int64{}, TimeSeries: map[string][]results.Point{}}
+	for k, v := range run.Target.Settings {
+		res.Settings[k] = v
+	}
+	for k, v := range run.Settings {
+		res.Settings[k] = v
+	}
+	for k, v := range r.opts.Machine {
+		res.Machine[k] = v
+	}
+	fail := func(err error) (*results.Run, error) {
+		res.Notes = append(res.Notes, "error: "+err.Error())
+		return res, err
+	}
+	if err := r.activate(ctx, t); err != nil {
+		return fail(err)
+	}
+	if err := r.ensureTemplate(ctx, t, run); err != nil {
+		return fail(err)
+	}
+	restarted, err := t.Apply(ctx, run.Settings)
+	if err != nil {
+		return fail(err)
+	}
+	if restarted {
+		res.Notes = append(res.Notes, "restarted to apply settings")
+	}
+	base := t.URL()
+	if err := tpcc.Clone(ctx, base, templateName(run), RunDB); err != nil {
+		return fail(err)
+	}
+	if v, err := serverVersion(ctx, base); err == nil {
+		res.Machine["server_version"] = v
+	}
+
+	var coll *collect.Collector
+	var cres *collect.Result
+	var collErr error
+	collOpts := collect.Options{URL: base, DB: RunDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
+		MetricsURL: t.MetricsURL(), Log: r.opts.Log}
+	onWindow := func() {
+		coll, collErr = collect.Start(ctx, collOpts)
+	}
+	onWindowEnd := func() {
+		if coll != nil {
+			cres, collErr = coll.Stop(context.WithoutCancel(ctx))
+		}
+	}
+	beforeWindow := func(ctx context.Context) error {
+		if !m.CheckpointBeforeWindow {
+			return nil
+		}
+		return execOn(ctx, base, "", "CHECKPOINT")
+	}
+	start := time.Now()
+	window := run.Duration
+	live := func(s string) {
+		r.printLine(fmt.Sprintf("[%d/%d] %s rep %d  %s  %s", idx+1, total, run.Label(), run.Repeat,
+			fmtElapsed(time.Since(start), run.Rampup, window), s))
+	}
+
+	switch run.Workload {
+	case "tpcc":
+		tr, err := tpcc.Run(ctx, tpcc.Options{Base: base, DB: RunDB, Warehouses: run.Warehouses, VUs: run.VUs,
+			Rampup: run.Rampup, Duration: run.Duration, Seed: r.opts.Seed + uint64(idx)*7 + 1, Log: r.opts.Log,
+			Interval: time.Second, BeforeWindow: beforeWindow, OnWindow: onWindow, OnWindowEnd: onWindowEnd,
+			Tick: func(l tpcc.Live) {
+				live(fmt.Sprintf("NOPM %.0f  tx/s %.0f  errors %d", l.NOPM, l.TxPerSec, l.Errors))
+			}})
+		if err != nil {
+			if coll != nil && cres == nil {
+				_, _ = coll.Stop(context.WithoutCancel(ctx))
+			}
+			if errors.Is(err, tpcc.ErrInterrupted) {
+				return nil, ctx.Err()
+			}
+			return fail(err)
+		}
+		fillTPCC(res, tr)
+		if m.VerifyEnabled() && !tr.Interrupted {
+			vctx := context.WithoutCancel(ctx)
+			if c, err := tpcc.Connect(vctx, base, RunDB); err == nil {
+				checks, ok, err := tpcc.Verify(vctx, c)
+				c.Close(vctx)
+				var bad int64
+				for _, ch := range checks {
+					bad += ch.Violations
+					if ch.Violations > 0 {
+						res.Notes = append(res.Notes, fmt.Sprintf("consistency check %s: %d violations", ch.Name, ch.Violations))
+					}
+				}
+				res.Metrics["consistency_violations"] = float64(bad)
+				if err != nil {
+					res.Notes = append(res.Notes, "consistency: "+err.Error())
+				} else if ok {
+					res.Notes = append(res.Notes, "consistency checks passed")
+				}
+			}
+		}
+	case "pgbench":
+		pr, err := pgbench.Run(ctx, pgbench.Options{BinDir: binDir(t), URL: urlWithDB(base, RunDB),
+			Clients: run.VUs, Threads: run.Pgbench.Threads, Rampup: run.Rampup, Duration: run.Duration,
+			Mode: run.Pgbench.Mode, Builtin: run.Pgbench.Builtin, Log: r.opts.Log,
+			BeforeWindow: beforeWindow, OnWindow: onWindow, OnWindowEnd: onWindowEnd,
+			Tick: func(l string) { live(strings.TrimPrefix(l, "progress: ")) }})
+		if err != nil {
+			if coll != nil && cres == nil {
+				_, _ = coll.Stop(context.WithoutCancel(ctx))
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return fail(err)
+		}
+		fillPgbench(res, pr)
+	}
+	r.printLine("")
+	if collErr != nil {
+		res.Notes = append(res.Notes, "collector: "+collErr.Error())
+	}
+	if cres != nil {
+		fillCollected(ctx, res, cres, t)
+	}
+	return res, nil
+}
+
+func fmtElapsed(el, ramp, window time.Duration) string {
+	if el < ramp {
+		return fmt.Sprintf("ramp-up %2.0f/%.0fs", el.Seconds(), ramp.Seconds())
+	}
+	return fmt.Sprintf("window %3.0f/%.0fs", (el - ramp).Seconds(), window.Seconds())
+}
+
+func serverVersion(ctx context.Context, base string) (string, error) {
+	c, err := tpcc.Connect(ctx, base, "")
+	if err != nil {
+		return "", err
+	}
+	defer c.Close(context.Background())
+	var v string
+	err = c.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	return v, err
+}
+
+func ms(us int64) float64 { return float64(us) / 1000 }
+
+func latency(tx string, h *hdrhistogram.Histogram, count, errs int64) results.Latency {
+	return results.Latency{Tx: tx, Count: count, Errors: errs,
+		P50: ms(h.ValueAtQuantile(50)), P95: ms(h.ValueAtQuantile(95)), P99: ms(h.ValueAtQuantile(99)),
+		Max: ms(h.Max()), Mean: h.Mean() / 1000}
+}
+
+func fillTPCC(res *results.Run, tr *tpcc.Result) {
+	res.Status = "ok"
+	if tr.Interrupted {
+		res.Status = "interrupted"
+	}
+	res.StartedAt = tr.WindowStart
+	res.WindowSec = tr.WindowEnd.Sub(tr.WindowStart).Seconds()
+	res.NOPM, res.TPM = tr.NOPM, tr.TPM
+	res.P95 = ms(tr.Latency["new_order"].ValueAtQuantile(95))
+	var errs int64
+	for _, name := range tpcc.TxNames {
+		res.Latency = append(res.Latency, latency(name, tr.Latency[name], tr.Count[name], tr.Errors[name]))
+		errs += tr.Errors[name]
+	}
+	res.Metrics["new_orders"] = float64(tr.NewOrders)
+	res.Metrics["xacts"] = float64(tr.Xacts)
+	res.Metrics["rollbacks"] = float64(tr.Rollbacks)
+	res.Metrics["errors"] = float64(errs)
+	for _, p := range tr.NOPMSeries {
+		res.TimeSeries["nopm"] = append(res.TimeSeries["nopm"], results.Point{T: p.T, V: p.V})
+	}
+}
+
+func fillPgbench(res *results.Run, pr *pgbench.Result) {
+	res.Status = "ok"
+	if pr.Interrupted {
+		res.Status = "interrupted"
+	}
+	res.StartedAt = pr.WindowStart
+	res.WindowSec = pr.WindowEnd.Sub(pr.WindowStart).Seconds()
+	res.TPM = pr.TPS * 60
+	res.P95 = ms(pr.Latency.ValueAtQuantile(95))
+	res.Latency = append(res.Latency, latency("pgbench", pr.Latency, pr.Transactions, pr.Failed))
+	res.Metrics["xacts"] = float64(pr.Transactions)
+	res.Metrics["errors"] = float64(pr.Failed)
+	for _, p := range pr.TPSSeries {
+		res.TimeSeries["tps"] = append(res.TimeSeries["tps"], results.Point{T: p[0], V: p[1]})
+	}
+}
+
+func fillCollected(ctx context.Context, res *results.Run, c *collect.Result, t target.Target) {
+	for k, v := range c.Stats {
+		res.Metrics["pg."+k] = v
+	}
+	for k, v := range c.Metrics {
+		res.Metrics["strata."+k] = v
+	}
+	res.Waits = c.Waits
+	res.Metrics["wait_ticks"] = float64(c.WaitTicks)
+	walBytes := c.Stats["wal.lsn_bytes"]
+	res.Metrics["wal_bytes"] = walBytes
+	if n := res.Metrics["new_orders"]; n > 0 {
+		res.Metrics["wal_bytes_per_new_order"] = walBytes / n
+	}
+	if n := res.Metrics["xacts"]; n > 0 {
+		res.Metrics["wal_bytes_per_xact"] = walBytes / n
+	}
+	if rec := c.Stats["wal.wal_records"]; rec > 0 {
+		res.Metrics["fpi_per_record"] = c.Stats["wal.wal_fpi"] / rec
+	}
+	if hit, read := c.Stats["db.blks_hit"], c.Stats["db.blks_read"]; hit+read > 0 {
+		res.Metrics["cache_hit_ratio"] = hit / (hit + read)
+	}
+	if w, ok := t.(target.WALSource); ok && c.StartLSN != "" {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		ws, err := collect.WALDump(dctx, w.BinDir(), w.WALDir(), c.StartLSN, c.EndLSN)
+		cancel()
+		if err != nil {
+			res.Notes = append(res.Notes, "pg_waldump: "+err.Error())
+		} else {
+			res.Metrics["fpi_bytes"] = float64(ws.FPIBytes)
+			res.Metrics["fpi_bytes_share"] = ws.FPIShare()
+			res.Metrics["waldump_bytes"] = float64(ws.TotalBytes)
+		}
+	}
+	if c.Ping != nil && c.Ping.TotalCount() > 0 {
+		res.Metrics["ping_p50_ms"] = ms(c.Ping.ValueAtQuantile(50))
+		res.Metrics["ping_p95_ms"] = ms(c.Ping.ValueAtQuantile(95))
+		res.Metrics["ping_p99_ms"] = ms(c.Ping.ValueAtQuantile(99))
+		res.Metrics["ping_max_ms"] = ms(c.Ping.Max())
+	}
+	res.Metrics["cpu_busy_pct"] = c.CPU.Busy
+	res.Metrics["cpu_target_pct"] = c.CPU.Target
+	res.Metrics["cpu_driver_pct"] = c.CPU.Driver
+	res.Metrics["cpu_other_pct"] = c.CPU.Other
+	if c.CPU.Other > CPUNoisePct {
+		var top []string
+		for _, p := range c.CPU.TopOther {
+			top = append(top, fmt.Sprintf("%s[%d] %.0f%%", p.Comm, p.PID, p.Pct))
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("cpu noise: other processes used %.0f%% of the machine (%s)", c.CPU.Other, strings.Join(top, ", ")))
+	}
+	for _, e := range c.Errors {
+		res.Notes = append(res.Notes, "collector: "+e)
+	}
+}
+
+// MachineInfo describes this machine for the results database.
+func MachineInfo() map[string]string {
+	m := map[string]string{"cores": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH}
+	if h, err := os.Hostname(); err == nil {
+		m["hostname"] = h
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if i := strings.IndexByte(l, ':'); i >= 0 {
+					m["cpu"] = strings.TrimSpace(l[i+1:])
+				}
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		l := strings.SplitN(string(b), "\n", 2)[0]
+		m["memory"] = strings.Join(strings.Fields(strings.TrimPrefix(l, "MemTotal:")), " ")
+	}
+	return m
+}
+
+// GitRevision returns `git rev-parse --short HEAD` in dir (with "-dirty"
+// when the tree has changes), or "unknown".
+func GitRevision(dir string) string {
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+// SortedKeys returns m's keys sorted.
+func SortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,167 @@
+package runner
+
+import (
+	"context"
+	"sync"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/bench/matrix"
+	"github.com/stratadb/strata/core/bench/results"
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+func open(t *testing.T) *results.Store {
+	s, err := results.Open(context.Background(), filepath.Join(t.TempDir(), "r.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestTPCCMatrix runs a tiny FPW on/off matrix on a managed stock server
+// and checks what lands in the results database.
+func TestTPCCMatrix(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	m, err := matrix.Parse([]byte(`
+name: fpw-test
+targets: [{name: stock, kind: stock, settings: {max_wal_size: 4GB, checkpoint_timeout: 30min}}]
+settings: {full_page_writes: [on, off]}
+virtual_users: 2
+warehouses: 1
+rampup: 2s
+duration: 6s
+checkpoint_before_window: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := open(t)
+	runs, err := Execute(context.Background(), Options{Matrix: m, Store: store, Log: zerolog.New(zerolog.NewTestWriter(t)), GitRev: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	byFPW := map[string]*results.Run{}
+	for _, r := range runs {
+		full, err := store.Get(context.Background(), r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %s notes %v", full.Label, Headline(full), full.Notes)
+		if full.Status != "ok" || full.NOPM <= 0 || full.P95 <= 0 || len(full.Latency) != 5 {
+			t.Fatalf("run %+v", full)
+		}
+		if full.Metrics["consistency_violations"] != 0 || !contains(full.Notes, "consistency checks passed") {
+			t.Fatalf("consistency: %v %v", full.Metrics["consistency_violations"], full.Notes)
+		}
+		if full.Metrics["wait_ticks"] < 50 || full.Waits["CPU"] == 0 {
+			t.Fatalf("waits %v ticks %v", full.Waits, full.Metrics["wait_ticks"])
+		}
+		if full.Metrics["ping_p50_ms"] <= 0 || full.Metrics["pg.db.xact_commit"] <= 0 || full.Metrics["cache_hit_ratio"] <= 0.5 {
+			t.Fatalf("metrics %v", full.Metrics)
+		}
+		if len(full.TimeSeries["nopm"]) < 3 || full.Machine["server_version"] == "" || full.GitRev != "test" {
+			t.Fatalf("series/machine %v %v", full.TimeSeries, full.Machine)
+		}
+		byFPW[full.Settings["full_page_writes"]] = full
+	}
+	on, off := byFPW["on"], byFPW["off"]
+	if on.Metrics["fpi_bytes_share"] <= 0.1 || off.Metrics["fpi_bytes_share"] != 0 {
+		t.Fatalf("FPI share on %v off %v", on.Metrics["fpi_bytes_share"], off.Metrics["fpi_bytes_share"])
+	}
+	if on.Metrics["wal_bytes_per_new_order"] <= off.Metrics["wal_bytes_per_new_order"] {
+		t.Fatalf("WAL per new order: on %v <= off %v", on.Metrics["wal_bytes_per_new_order"], off.Metrics["wal_bytes_per_new_order"])
+	}
+}
+
+func contains(notes []string, s string) bool {
+	for _, n := range notes {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestInterruptKeepsMeasurement cancels a pgbench run in its window: the
+// run is saved as interrupted with its figures, and the managed server's
+// processes are gone.
+func TestInterruptKeepsMeasurement(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	m, err := matrix.Parse([]byte(`
+name: int-test
+workload: pgbench
+targets: [{name: sync, kind: stock-sync}]
+virtual_users: 2
+warehouses: 1
+rampup: 1s
+duration: 60s
+repeats: 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := newSpyRegistry()
+	inWindow := make(chan struct{})
+	var once sync.Once
+	progress := writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "window") {
+			once.Do(func() { close(inWindow) })
+		}
+		return len(p), nil
+	})
+	go func() {
+		// Cancel 4 s into the first window.
+		<-inWindow
+		time.Sleep(4 * time.Second)
+		cancel()
+	}()
+	t0 := time.Now()
+	runs, err := Execute(ctx, Options{Matrix: m, Store: store, Registry: reg.Registry, Progress: progress, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err == nil {
+		t.Fatal("no error after cancel")
+	}
+	if time.Since(t0) > 50*time.Second {
+		t.Fatalf("cancel took too long: %v", time.Since(t0))
+	}
+	if len(runs) != 1 || runs[0].Status != "interrupted" || runs[0].TPM <= 0 || runs[0].WindowSec < 3 || runs[0].WindowSec > 20 {
+		for _, r := range runs {
+			t.Logf("%+v", *r)
+		}
+		t.Fatalf("%d runs", len(runs))
+	}
+	if runs[0].Metrics["wal_bytes"] <= 0 || runs[0].Metrics["wait_ticks"] <= 0 {
+		t.Fatalf("collector figures missing from the interrupted run: %v %v", runs[0].Metrics, runs[0].Notes)
+	}
+	list, _ := store.List(context.Background(), results.Filter{})
+	if len(list) != 1 {
+		t.Fatalf("stored %d runs", len(list))
+	}
+	for _, p := range reg.pids {
+		if syscall.Kill(p, 0) == nil {
+			t.Errorf("process %d alive after interrupt", p)
+		}
+	}
+	if len(reg.pids) != 4 {
+		t.Errorf("pids %v", reg.pids)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
