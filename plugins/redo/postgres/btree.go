@@ -103,13 +103,31 @@ func redoBtree(r *wal.Record, blk *wal.BlockRef, p page) error {
 	info := r.RmInfo()
 	m := r.MainData
 	switch info {
-	case 0x00, 0x10, 0x20: // INSERT_LEAF, INSERT_UPPER, INSERT_META
+	case 0x00, 0x10, 0x20, 0x50: // INSERT_LEAF, INSERT_UPPER, INSERT_META, INSERT_POST
 		if err := needMain(r, 2); err != nil {
 			return err
 		}
 		switch blk.ID {
 		case 0:
-			if err := p.addItem(blk.Data, int(binary.LittleEndian.Uint16(m)), false, false); err != nil {
+			off := int(binary.LittleEndian.Uint16(m))
+			item := blk.Data
+			if info == 0x50 {
+				if len(item) < 10 {
+					return errShort
+				}
+				postingOff := int(binary.LittleEndian.Uint16(item))
+				item = append([]byte(nil), item[2:]...)
+				op, err := p.item(off - 1)
+				if err != nil {
+					return err
+				}
+				np, err := swapPosting(item, op, postingOff)
+				if err != nil {
+					return err
+				}
+				copy(op, np[:min(len(np), maxAlign(indexTupleSize(np)))])
+			}
+			if err := p.addItem(item, off, false, false); err != nil {
 				return err
 			}
 			p.setLSN(r.EndLSN)
@@ -139,12 +157,14 @@ func redoBtree(r *wal.Record, blk *wal.BlockRef, p page) error {
 			}
 			ndel, nupd = int(binary.LittleEndian.Uint16(m[4:])), int(binary.LittleEndian.Uint16(m[6:]))
 		}
-		if nupd > 0 {
-			return unsupported(r) // posting-list updates (_bt_update_posting)
-		}
 		offs := offsets(blk.Data)
 		if len(offs) < ndel {
 			return errShort
+		}
+		if nupd > 0 {
+			if err := applyPostingUpdates(p, blk.Data[2*ndel:], nupd); err != nil {
+				return err
+			}
 		}
 		if ndel > 0 {
 			if err := p.indexMultiDelete(offs[:ndel]); err != nil {
@@ -236,6 +256,15 @@ func redoBtree(r *wal.Record, blk *wal.BlockRef, p page) error {
 		case 2:
 			return restoreMeta(r, blk.Data, p)
 		}
+	case 0x60: // DEDUP
+		if err := needMain(r, 2); err != nil {
+			return err
+		}
+		if err := redoDedup(int(binary.LittleEndian.Uint16(m)), blk.Data, p); err != nil {
+			return err
+		}
+		p.setLSN(r.EndLSN)
+		return nil
 	case 0xE0: // META_CLEANUP
 		return restoreMeta(r, blk.Data, p)
 	case 0xD0: // REUSE_PAGE touches no page
@@ -303,12 +332,10 @@ func redoBtreeSplit(r *wal.Record, blk *wal.BlockRef, p page, newItemOnLeft bool
 	default:
 		return fmt.Errorf("%w: unexpected block %d", errRecord, blk.ID)
 	}
-	if postingOff != 0 {
-		return unsupported(r) // posting list split (_bt_swap_posting)
-	}
 	d := blk.Data
-	var newItem []byte
-	if newItemOnLeft {
+	var newItem, nposting []byte
+	replaceOff := -1
+	if newItemOnLeft || postingOff != 0 {
 		if len(d) < 8 {
 			return errShort
 		}
@@ -316,7 +343,17 @@ func redoBtreeSplit(r *wal.Record, blk *wal.BlockRef, p page, newItemOnLeft bool
 		if sz > len(d) {
 			return errShort
 		}
-		newItem, d = d[:sz], d[sz:]
+		newItem, d = append([]byte(nil), d[:sz]...), d[sz:]
+		if postingOff != 0 {
+			replaceOff = newItemOff - 1
+			op, err := p.item(replaceOff)
+			if err != nil {
+				return err
+			}
+			if nposting, err = swapPosting(newItem, op, int(postingOff)); err != nil {
+				return err
+			}
+		}
 	}
 	if len(d) < 8 {
 		return errShort
@@ -340,6 +377,13 @@ func redoBtreeSplit(r *wal.Record, blk *wal.BlockRef, p page, newItemOnLeft bool
 	lo := 2
 	off := firstData
 	for ; off < firstRight; off++ {
+		if off == replaceOff {
+			if err := left.addItem(nposting[:maxAlign(indexTupleSize(nposting))], lo, false, false); err != nil {
+				return err
+			}
+			lo++
+			continue
+		}
 		if newItemOnLeft && off == newItemOff {
 			if err := left.addItem(newItem, lo, false, false); err != nil {
 				return err

@@ -340,3 +340,40 @@ func (p page) indexMultiDelete(offs []int) error {
 	}
 	return nil
 }
+
+// indexTupleOverwrite is PageIndexTupleOverwrite.
+func (p page) indexTupleOverwrite(off int, tup []byte) error {
+	if err := p.checkPointers(); err != nil {
+		return err
+	}
+	n := p.maxOff()
+	if off < 1 || off > n {
+		return fmt.Errorf("%w: overwrite offset %d of %d", errPage, off, n)
+	}
+	id := p.itemID(off)
+	oldSize, o := lpLen(id), lpOff(id)
+	up := p.upper()
+	if o < up || o+oldSize > p.special() || o != maxAlign(o) {
+		return fmt.Errorf("%w: corrupted item pointer %d+%d", errPage, o, oldSize)
+	}
+	oldSize = maxAlign(oldSize)
+	newAligned := maxAlign(len(tup))
+	if newAligned > oldSize+(up-p.lower()) {
+		return fmt.Errorf("%w: no room to overwrite item %d", errPage, off)
+	}
+	diff := oldSize - newAligned
+	if diff != 0 {
+		copy(p[up+diff:], p[up:o])
+		p.setUpper(up + diff)
+		for i := 1; i <= n; i++ {
+			ii := p.itemID(i)
+			if lpHasStorage(ii) && lpOff(ii) <= o {
+				p.setItemID(i, makeLP(lpOff(ii)+diff, lpFlags(ii), lpLen(ii)))
+			}
+		}
+	}
+	id = p.itemID(off)
+	p.setItemID(off, makeLP(o+diff, lpFlags(id), len(tup)))
+	copy(p[o+diff:], tup)
+	return nil
+}
