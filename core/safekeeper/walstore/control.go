@@ -37,6 +37,12 @@ type Control struct {
 	Term uint64 `json:"term"`
 	// ComputeID names the compute that owns Term.
 	ComputeID string `json:"compute_id"`
+	// Accepted: the Accept of Term was applied; the safekeeper follows
+	// ComputeID's Postgres.
+	Accepted bool `json:"accepted"`
+	// ComputePostgres is host:port of the followed Postgres ("" means the
+	// configured one).
+	ComputePostgres string `json:"compute_postgres"`
 	// TermHistory lists where each accepted term's WAL begins.
 	TermHistory []TermStart `json:"term_history"`
 	// StartLSN is the first LSN held locally (WAL below it was removed or

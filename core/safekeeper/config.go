@@ -1,0 +1,111 @@
+package safekeeper
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Config is a safekeeper's configuration, mounted under the YAML key
+// "safekeeper:".
+type Config struct {
+	// ID names the safekeeper. It is the application_name it streams under,
+	// so synchronous_standby_names must list it (e.g. 'ANY 2 (sk1, sk2, sk3)').
+	ID string `mapstructure:"id"`
+	// DataDir holds the control file, pg_wal/ (segments named as in
+	// Postgres) and crc/ (per-block checksums).
+	DataDir string `mapstructure:"data_dir"`
+	// ListenAddr is the gRPC address of the WAL service and the election API
+	// ("" disables it).
+	ListenAddr string `mapstructure:"listen_addr"`
+	// MetricsAddr serves Prometheus /metrics ("" disables it).
+	MetricsAddr string `mapstructure:"metrics_addr"`
+	// Postgres is the connection string of the compute's Postgres, as a
+	// replication user with a password. The compute agent replaces it per
+	// term through the election API; this value is the bootstrap target.
+	Postgres string `mapstructure:"postgres"`
+	// Slot is the physical replication slot name (default "strata_<id>").
+	Slot string `mapstructure:"slot"`
+	// Peers are the gRPC addresses of the other safekeepers.
+	Peers []string `mapstructure:"peers"`
+	// StatusInterval bounds the time between standby status updates.
+	StatusInterval time.Duration `mapstructure:"status_interval"`
+	// ReconnectDelay is the pause before reconnecting to Postgres.
+	ReconnectDelay time.Duration `mapstructure:"reconnect_delay"`
+	// ControlSyncInterval is how often the control file records the flush
+	// and commit LSNs.
+	ControlSyncInterval time.Duration `mapstructure:"control_sync_interval"`
+	// VerifyOnStart checks every stored block's checksum at start.
+	VerifyOnStart bool `mapstructure:"verify_on_start"`
+	// Archive configures uploads of WAL segments to the object store.
+	Archive ArchiveConfig `mapstructure:"archive"`
+}
+
+// ArchiveConfig configures WAL archiving.
+type ArchiveConfig struct {
+	// Enabled turns archiving on (the object store comes from the
+	// objectstore section of the configuration).
+	Enabled bool `mapstructure:"enabled"`
+	// Prefix is the key prefix of archived segments.
+	Prefix string `mapstructure:"prefix"`
+	// PartialAfter uploads the partial last segment after this much quiet
+	// time (0 disables partial uploads).
+	PartialAfter time.Duration `mapstructure:"partial_after"`
+	// Interval is how often the archiver looks for work.
+	Interval time.Duration `mapstructure:"interval"`
+	// KeepLocal keeps local segments even when archived and consumed.
+	KeepLocal bool `mapstructure:"keep_local"`
+}
+
+// DefaultConfig returns the defaults of a single safekeeper "sk1".
+func DefaultConfig() Config {
+	return Config{
+		ID:                  "sk1",
+		DataDir:             "data/safekeeper/sk1",
+		ListenAddr:          "127.0.0.1:7676",
+		StatusInterval:      time.Second,
+		ReconnectDelay:      500 * time.Millisecond,
+		ControlSyncInterval: time.Second,
+		VerifyOnStart:       true,
+		Archive: ArchiveConfig{
+			Prefix:       "wal",
+			PartialAfter: 10 * time.Second,
+			Interval:     time.Second,
+		},
+	}
+}
+
+var idRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Validate reports configuration errors.
+func (c *Config) Validate() error {
+	var errs []error
+	if !idRE.MatchString(c.ID) {
+		errs = append(errs, fmt.Errorf("id %q: want lower-case letters, digits and _ (a Postgres name)", c.ID))
+	}
+	if c.Slot != "" && !idRE.MatchString(c.Slot) {
+		errs = append(errs, fmt.Errorf("slot %q: want lower-case letters, digits and _", c.Slot))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is required"))
+	}
+	if c.StatusInterval <= 0 || c.ReconnectDelay <= 0 || c.ControlSyncInterval <= 0 {
+		errs = append(errs, errors.New("status_interval, reconnect_delay and control_sync_interval must be positive"))
+	}
+	if c.Archive.Enabled && c.Archive.Interval <= 0 {
+		errs = append(errs, errors.New("archive.interval must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("safekeeper: config: %w", err)
+	}
+	return nil
+}
+
+// SlotName returns the replication slot name.
+func (c *Config) SlotName() string {
+	if c.Slot != "" {
+		return c.Slot
+	}
+	return "strata_" + c.ID
+}

@@ -1,0 +1,57 @@
+package safekeeper
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// metrics are a safekeeper's Prometheus series, labelled by safekeeper ID.
+type metrics struct {
+	flushLSN    prometheus.Gauge
+	commitLSN   prometheus.Gauge
+	lagBytes    prometheus.Gauge
+	archivedLSN prometheus.Gauge
+	archiveLag  prometheus.Gauge
+	fsync       prometheus.Histogram
+	bytesIn     prometheus.Counter
+	bytesOut    prometheus.Counter
+	term        prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, id string) *metrics {
+	c := prometheus.Labels{"safekeeper": id}
+	m := &metrics{
+		flushLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_flush_lsn",
+			Help: "End of the durable local WAL (as a byte position).", ConstLabels: c}),
+		commitLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_commit_lsn",
+			Help: "Highest LSN known to be durable on a quorum of safekeepers.", ConstLabels: c}),
+		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_lag_bytes",
+			Help: "Bytes of WAL Postgres has that this safekeeper has not flushed.", ConstLabels: c}),
+		archivedLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_archived_lsn",
+			Help: "All WAL below this LSN is in the object store.", ConstLabels: c}),
+		archiveLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_archive_lag_bytes",
+			Help: "Flushed WAL bytes not yet archived.", ConstLabels: c}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_safekeeper_fsync_seconds",
+			Help: "Duration of group-commit flushes (data and checksum fdatasync).", ConstLabels: c,
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_received_bytes_total",
+			Help: "WAL bytes flushed from Postgres.", ConstLabels: c}),
+		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_sent_bytes_total",
+			Help: "WAL bytes sent to consumers and peers.", ConstLabels: c}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_term",
+			Help: "Current election term.", ConstLabels: c}),
+	}
+	if reg != nil {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term} {
+			reg.MustRegister(col)
+		}
+	}
+	return m
+}
+
+func (m *metrics) observeFsync(d time.Duration) { m.fsync.Observe(d.Seconds()) }
+
+func lsnFloat(l pg.LSN) float64 { return float64(l) }

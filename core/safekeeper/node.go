@@ -1,0 +1,686 @@
+// Package safekeeper is strata's WAL safekeeper: a durable receiver of a
+// stock Postgres 15's WAL. Three of them, with synchronous_standby_names =
+// 'ANY 2 (sk1, sk2, sk3)', make every acknowledged commit durable on two
+// disks (DESIGN.md invariant 1).
+//
+// A Node ties the parts together: walstore (segments, checksums, control
+// file), stream (the Postgres replication client), election (the pure term
+// logic), server (the gRPC API) and archive (uploads to the object store).
+// It is not the compute agent: the agent is the election's proposer and uses
+// server.Client. See docs/design/safekeeper.md.
+package safekeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/stratadb/strata/core/safekeeper/archive"
+	"github.com/stratadb/strata/core/safekeeper/election"
+	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/core/safekeeper/stream"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Deps are a Node's collaborators.
+type Deps struct {
+	Logger zerolog.Logger
+	// Registry receives the metrics (nil: a private registry).
+	Registry *prometheus.Registry
+	// Archive is the object store for WAL archiving (nil: no archiving).
+	Archive objectstore.Store
+}
+
+// Node is one running safekeeper.
+type Node struct {
+	cfg     Config
+	log     zerolog.Logger
+	reg     *prometheus.Registry
+	m       *metrics
+	st      *walstore.Store
+	arch    *archive.Archiver
+	peers   []*server.Client
+	grpcSrv *grpc.Server
+	lis     net.Listener
+
+	mu        sync.Mutex
+	acc       *election.Acceptor
+	follow    string             // connection string of the followed Postgres ("" = nobody)
+	cancelStr context.CancelFunc // cancels the current stream session
+	sessDone  chan struct{}      // closed when the current session has returned
+	wake      chan struct{}
+	commit    pg.LSN
+	commitCh  chan struct{}
+	peerFlush map[string]peerInfo
+	consumers map[string]server.Feedback
+	serverEnd pg.LSN
+	election  sync.Mutex // serializes Vote and Accept
+}
+
+type peerInfo struct {
+	term  uint64
+	flush pg.LSN
+	at    time.Time
+}
+
+// New opens the safekeeper's store (verifying it) and prepares the node;
+// Run starts it.
+func New(cfg Config, deps Deps) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	log := deps.Logger.With().Str("safekeeper", cfg.ID).Logger()
+	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID), wake: make(chan struct{}, 1),
+		commitCh: make(chan struct{}), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
+	st, err := walstore.Open(walstore.Options{Dir: cfg.DataDir, VerifyOnOpen: cfg.VerifyOnStart,
+		ObserveFsync: n.m.observeFsync, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("safekeeper %s: %w", cfg.ID, err)
+	}
+	n.st = st
+	ctl := st.Control()
+	n.acc = election.NewAcceptor(acceptorState(ctl))
+	n.commit = ctl.CommitLSN
+	n.follow = n.followTarget(ctl)
+	for _, p := range cfg.Peers {
+		c, err := server.Dial(p)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		n.peers = append(n.peers, c)
+	}
+	if deps.Archive != nil && cfg.Archive.Enabled {
+		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter, Logger: log}, st)
+	}
+	n.m.flushLSN.Set(lsnFloat(st.FlushLSN()))
+	n.m.term.Set(float64(ctl.Term))
+	return n, nil
+}
+
+func acceptorState(c walstore.Control) election.AcceptorState {
+	h := make(election.History, len(c.TermHistory))
+	for i, e := range c.TermHistory {
+		h[i] = election.TermStart{Term: e.Term, Start: e.Start}
+	}
+	return election.AcceptorState{Term: c.Term, ComputeID: c.ComputeID, Accepted: c.Accepted || c.Term == 0,
+		History: h, Start: c.StartLSN, Flush: c.FlushLSN}
+}
+
+// followTarget says which Postgres to stream from: the configured one until
+// the first election, then the current term's compute once accepted.
+func (n *Node) followTarget(c walstore.Control) string {
+	if c.Term == 0 {
+		return n.cfg.Postgres
+	}
+	if !c.Accepted {
+		return ""
+	}
+	return withHostPort(n.cfg.Postgres, c.ComputePostgres)
+}
+
+// withHostPort replaces the host and port of a connection string.
+func withHostPort(conn, hostport string) string {
+	if hostport == "" || conn == "" {
+		return conn
+	}
+	if u, err := url.Parse(conn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Host = hostport
+		return u.String()
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return conn
+	}
+	return conn + " host=" + host + " port=" + port
+}
+
+// Store returns the node's WAL store.
+func (n *Node) Store() *walstore.Store { return n.st }
+
+// Registry returns the metrics registry.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Addr returns the gRPC listen address once Run has started listening.
+func (n *Node) Addr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lis == nil {
+		return ""
+	}
+	return n.lis.Addr().String()
+}
+
+// Listen opens the gRPC listener (Run calls it when the caller did not).
+func (n *Node) Listen() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lis != nil || n.cfg.ListenAddr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", n.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("safekeeper %s: listen: %w", n.cfg.ID, err)
+	}
+	n.lis = l
+	return nil
+}
+
+// Run serves until ctx ends, then closes the store.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.st.Close()
+	defer func() {
+		for _, p := range n.peers {
+			p.Close()
+		}
+	}()
+	if err := n.Listen(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	goFn := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	if n.lis != nil {
+		n.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(8 << 20))
+		server.Register(n.grpcSrv, n)
+		goFn(func(context.Context) { _ = n.grpcSrv.Serve(n.lis) })
+		n.log.Info().Str("addr", n.lis.Addr().String()).Msg("safekeeper: gRPC listening")
+	}
+	if n.cfg.MetricsAddr != "" {
+		hs := &http.Server{Addr: n.cfg.MetricsAddr, Handler: promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})}
+		goFn(func(ctx context.Context) {
+			go func() { <-ctx.Done(); hs.Close() }()
+			_ = hs.ListenAndServe()
+		})
+	}
+	goFn(n.streamLoop)
+	goFn(n.controlLoop)
+	goFn(n.peerLoop)
+	goFn(n.repairLoop)
+	if n.arch != nil {
+		goFn(func(ctx context.Context) { n.archiveLoop(ctx) })
+	}
+	<-ctx.Done()
+	if n.grpcSrv != nil {
+		n.grpcSrv.Stop()
+	}
+	wg.Wait()
+	_ = n.st.UpdateControl(nil)
+	return nil
+}
+
+// streamLoop keeps a replication session with the followed Postgres,
+// reconnecting after failures and switching on term changes.
+func (n *Node) streamLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		n.mu.Lock()
+		target := n.follow
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		n.cancelStr, n.sessDone = cancel, done
+		n.mu.Unlock()
+		if target == "" {
+			close(done)
+			select {
+			case <-ctx.Done():
+			case <-n.wake:
+			case <-sctx.Done():
+			}
+			cancel()
+			continue
+		}
+		err := stream.Run(sctx, stream.Config{ConnString: target, AppName: n.cfg.ID, Slot: n.cfg.SlotName(),
+			StatusInterval: n.cfg.StatusInterval, Logger: n.log}, n.st, (*observer)(n))
+		cancel()
+		close(done)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, context.Canceled) {
+			continue // term change
+		}
+		n.log.Warn().Err(err).Msg("safekeeper: replication session ended; reconnecting")
+		select {
+		case <-ctx.Done():
+		case <-time.After(n.cfg.ReconnectDelay):
+		case <-n.wake:
+		}
+	}
+}
+
+type observer Node
+
+func (o *observer) Flushed(flush, serverEnd pg.LSN) {
+	n := (*Node)(o)
+	n.mu.Lock()
+	prev := n.acc.State().Flush
+	n.acc.Appended(flush)
+	if flush < prev {
+		n.acc.Truncated(flush)
+	}
+	n.serverEnd = max(n.serverEnd, serverEnd)
+	end := n.serverEnd
+	n.mu.Unlock()
+	if flush > prev {
+		n.m.bytesIn.Add(float64(flush - prev))
+	}
+	n.m.flushLSN.Set(lsnFloat(flush))
+	if end > flush {
+		n.m.lagBytes.Set(float64(end - flush))
+	} else {
+		n.m.lagBytes.Set(0)
+	}
+	n.updateCommit()
+}
+
+// updateCommit recomputes the commit LSN: the highest LSN that a majority of
+// {this node, peers in the same term} has flushed.
+func (n *Node) updateCommit() {
+	flush := n.st.FlushLSN()
+	n.mu.Lock()
+	term := n.acc.State().Term
+	flushes := []pg.LSN{flush}
+	for _, p := range n.peerFlush {
+		if p.term == term && time.Since(p.at) < 10*time.Second {
+			flushes = append(flushes, p.flush)
+		}
+	}
+	quorum := (len(n.cfg.Peers)+1)/2 + 1
+	if len(n.cfg.Peers) == 0 {
+		quorum = 1
+	}
+	var c pg.LSN
+	if len(flushes) >= quorum {
+		sort.Slice(flushes, func(i, j int) bool { return flushes[i] > flushes[j] })
+		c = min(flushes[quorum-1], flush)
+	}
+	changed := c > n.commit
+	if changed {
+		n.commit = c
+		close(n.commitCh)
+		n.commitCh = make(chan struct{})
+	}
+	n.mu.Unlock()
+	if changed {
+		n.m.commitLSN.Set(lsnFloat(c))
+	}
+}
+
+// peerLoop polls the peers' flush LSNs to compute the commit LSN.
+func (n *Node) peerLoop(ctx context.Context) {
+	if len(n.peers) == 0 {
+		return
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for _, p := range n.peers {
+			wg.Add(1)
+			go func(p *server.Client) {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				st, err := p.Status(cctx)
+				if err != nil {
+					return
+				}
+				n.mu.Lock()
+				n.peerFlush[p.Addr] = peerInfo{term: st.Term, flush: st.FlushLSN, at: time.Now()}
+				n.mu.Unlock()
+			}(p)
+		}
+		wg.Wait()
+		n.updateCommit()
+	}
+}
+
+// controlLoop records flush and commit LSNs in the control file regularly.
+func (n *Node) controlLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.ControlSyncInterval)
+	defer t.Stop()
+	var last walstore.Control
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		commit := n.CommitLSN()
+		cur := n.st.Control()
+		if cur.FlushLSN == last.FlushLSN && cur.CommitLSN >= commit {
+			continue
+		}
+		commit = min(commit, n.st.FlushLSN())
+		if err := n.st.UpdateControl(func(c *walstore.Control) { c.CommitLSN = max(c.CommitLSN, commit) }); err != nil {
+			n.log.Error().Err(err).Msg("safekeeper: write control file")
+			continue
+		}
+		last = n.st.Control()
+	}
+}
+
+// CommitLSN implements server.Backend.
+func (n *Node) CommitLSN() pg.LSN {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.commit
+}
+
+// CommitNotify implements server.Backend.
+func (n *Node) CommitNotify() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.commitCh
+}
+
+// Sent implements server.Backend.
+func (n *Node) Sent(b int) { n.m.bytesOut.Add(float64(b)) }
+
+// Feedback implements server.Backend.
+func (n *Node) Feedback(consumer string, fb server.Feedback) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := n.consumers[consumer]
+	n.consumers[consumer] = server.Feedback{Received: max(old.Received, fb.Received),
+		Durable: max(old.Durable, fb.Durable), Uploaded: max(old.Uploaded, fb.Uploaded)}
+}
+
+// consumerDurable is the lowest LSN that every known consumer made durable
+// (0 when there is no consumer).
+func (n *Node) consumerDurable() pg.LSN {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var low pg.LSN
+	first := true
+	for _, fb := range n.consumers {
+		if first || fb.Durable < low {
+			low, first = fb.Durable, false
+		}
+	}
+	return low
+}
+
+// Status implements server.Backend.
+func (n *Node) Status() server.Status {
+	c := n.st.Control()
+	n.mu.Lock()
+	a := n.acc.State()
+	commit := n.commit
+	n.mu.Unlock()
+	return server.Status{ID: n.cfg.ID, Term: a.Term, ComputeID: a.ComputeID, Accepted: a.Accepted, History: a.History,
+		StartLSN: c.StartLSN, FlushLSN: c.FlushLSN, CommitLSN: commit, ArchivedLSN: c.ArchivedLSN,
+		SystemID: c.SystemID, Timeline: c.Timeline, SegmentSize: n.st.SegmentSize()}
+}
+
+// stopFollowingLocked ends the current replication session and follows
+// nobody; the returned channel is closed once the session has returned (no
+// more writes, no more acknowledgements). REQUIRES: n.mu held.
+func (n *Node) stopFollowingLocked() <-chan struct{} {
+	n.follow = ""
+	if n.cancelStr != nil {
+		n.cancelStr()
+	}
+	if n.sessDone == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return n.sessDone
+}
+
+func waitDone(ctx context.Context, c <-chan struct{}) error {
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Vote implements server.Backend: a granted vote is persisted before the
+// reply, and ends streaming from the old term's compute at once.
+func (n *Node) Vote(ctx context.Context, req election.VoteRequest) (election.VoteResponse, error) {
+	n.election.Lock()
+	defer n.election.Unlock()
+	n.mu.Lock()
+	before := n.acc.State()
+	resp := n.acc.Vote(req)
+	var done <-chan struct{}
+	if resp.Granted {
+		done = n.stopFollowingLocked()
+	}
+	a := n.acc.State()
+	n.mu.Unlock()
+	if !resp.Granted {
+		resp.Flush = n.st.FlushLSN()
+		return resp, nil
+	}
+	// Report the flush LSN only once the old session is gone: no
+	// acknowledgement can go out after it.
+	if err := waitDone(ctx, done); err != nil {
+		return election.VoteResponse{}, err
+	}
+	if err := n.st.UpdateControl(func(c *walstore.Control) {
+		c.Term, c.ComputeID, c.Accepted = a.Term, a.ComputeID, false
+	}); err != nil {
+		n.mu.Lock()
+		n.acc = election.NewAcceptor(before)
+		n.mu.Unlock()
+		return election.VoteResponse{}, err
+	}
+	n.m.term.Set(float64(a.Term))
+	n.log.Info().Uint64("term", a.Term).Str("compute", a.ComputeID).Str("flush_lsn", resp.Flush.String()).Msg("safekeeper: voted")
+	resp.Flush = n.st.FlushLSN()
+	return resp, nil
+}
+
+// Accept implements server.Backend: truncate the divergent tail, fetch the
+// missing WAL from the donor, persist the new term history and follow the
+// new compute.
+func (n *Node) Accept(ctx context.Context, req election.AcceptRequest, postgres string) (pg.LSN, error) {
+	n.election.Lock()
+	defer n.election.Unlock()
+	n.mu.Lock()
+	done := n.stopFollowingLocked()
+	n.mu.Unlock()
+	if err := waitDone(ctx, done); err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	n.acc.Truncated(n.st.FlushLSN())
+	plan, err := n.acc.Accept(req)
+	n.mu.Unlock()
+	if err != nil {
+		n.mu.Lock()
+		n.follow = n.followTarget(n.st.Control())
+		n.mu.Unlock()
+		return 0, err
+	}
+	if plan.Truncate < n.st.WriteLSN() {
+		n.log.Warn().Str("to", plan.Truncate.String()).Str("from", n.st.WriteLSN().String()).Uint64("term", req.Term).Msg("safekeeper: truncating divergent WAL")
+		if err := n.st.Truncate(plan.Truncate); err != nil {
+			return 0, err
+		}
+	}
+	if n.st.IsEmpty() && plan.FetchFrom < plan.FetchTo {
+		// A new, empty safekeeper starts at the donor's segment boundary.
+		seg := n.st.SegmentSize()
+		from := pg.LSN(uint64(plan.FetchFrom) / seg * seg)
+		if err := n.st.Init(from, 0, 1); err != nil {
+			return 0, err
+		}
+		plan.FetchFrom = from
+	}
+	if w := n.st.WriteLSN(); w < plan.FetchTo {
+		if err := n.fetchFrom(ctx, plan.Donor, w, plan.FetchTo); err != nil {
+			return 0, fmt.Errorf("safekeeper: catch up from %s: %w", plan.Donor, err)
+		}
+	}
+	flush := n.st.FlushLSN()
+	if flush != req.Start {
+		return 0, fmt.Errorf("safekeeper: after catch-up the flush LSN is %s, want %s", flush, req.Start)
+	}
+	n.mu.Lock()
+	if err := n.acc.Applied(req.Term, plan, flush); err != nil {
+		n.mu.Unlock()
+		return 0, err
+	}
+	a := n.acc.State()
+	n.mu.Unlock()
+	hist := make([]walstore.TermStart, len(a.History))
+	for i, e := range a.History {
+		hist[i] = walstore.TermStart{Term: e.Term, Start: e.Start}
+	}
+	if err := n.st.UpdateControl(func(c *walstore.Control) {
+		c.Accepted, c.TermHistory, c.ComputePostgres = true, hist, postgres
+	}); err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	n.follow = n.followTarget(n.st.Control())
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+	n.log.Info().Uint64("term", req.Term).Str("start_lsn", req.Start.String()).Str("history", a.History.String()).Msg("safekeeper: accepted term")
+	return flush, nil
+}
+
+// fetchFrom copies WAL [from, to) from the safekeeper at addr.
+func (n *Node) fetchFrom(ctx context.Context, addr string, from, to pg.LSN) error {
+	c, err := n.peerClient(addr)
+	if err != nil {
+		return err
+	}
+	err = c.ReadWAL(ctx, from, to, server.BoundFlush, func(lsn pg.LSN, data []byte) error {
+		return n.st.Write(lsn, data)
+	})
+	if err != nil {
+		return err
+	}
+	_, err = n.st.Flush()
+	return err
+}
+
+func (n *Node) peerClient(addr string) (*server.Client, error) {
+	for _, p := range n.peers {
+		if p.Addr == addr {
+			return p, nil
+		}
+	}
+	c, err := server.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.peers = append(n.peers, c)
+	n.mu.Unlock()
+	return c, nil
+}
+
+// repairLoop rewrites blocks that failed verification with copies from
+// peers (accepted only when they match the stored checksum).
+func (n *Node) repairLoop(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, blk := range n.st.CorruptBlocks() {
+			if err := n.repairBlock(ctx, blk); err != nil {
+				n.log.Warn().Err(err).Str("block", blk.String()).Msg("safekeeper: repair from peers failed; will retry")
+			} else {
+				n.log.Info().Str("block", blk.String()).Msg("safekeeper: repaired WAL block from a peer")
+			}
+		}
+	}
+}
+
+func (n *Node) repairBlock(ctx context.Context, blk pg.LSN) error {
+	end := min(blk+walstore.BlockSize, n.st.FlushLSN())
+	var errs []string
+	for _, p := range n.peers {
+		var buf []byte
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := p.ReadWAL(cctx, blk, end, server.BoundFlush, func(_ pg.LSN, d []byte) error {
+			buf = append(buf, d...)
+			return nil
+		})
+		cancel()
+		if err == nil {
+			err = n.st.Repair(blk, buf)
+		}
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, p.Addr+": "+err.Error())
+	}
+	return fmt.Errorf("no peer had a matching copy: %s", strings.Join(errs, "; "))
+}
+
+func (n *Node) archiveLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.Archive.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		archived, err := n.arch.Step(ctx, n.CommitLSN())
+		if err != nil {
+			n.log.Warn().Err(err).Msg("safekeeper: archive")
+			continue
+		}
+		n.m.archivedLSN.Set(lsnFloat(archived))
+		if f := n.st.FlushLSN(); f > archived {
+			n.m.archiveLag.Set(float64(f - archived))
+		} else {
+			n.m.archiveLag.Set(0)
+		}
+		if n.cfg.Archive.KeepLocal {
+			continue
+		}
+		// Local WAL may go once it is archived and every consumer made it
+		// durable; with no consumer yet, nothing is removed.
+		if d := n.consumerDurable(); d > 0 {
+			if err := n.st.RemoveBefore(min(d, archived)); err != nil {
+				n.log.Warn().Err(err).Msg("safekeeper: remove old WAL")
+			}
+		}
+	}
+}
+
+var _ server.Backend = (*Node)(nil)

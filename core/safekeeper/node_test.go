@@ -1,0 +1,185 @@
+package safekeeper
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+func longTests() bool { return os.Getenv("STRATA_LONG_TESTS") == "1" }
+
+type cluster struct {
+	t     *testing.T
+	srv   *pgtest.Server
+	nodes []*Node
+	cfgs  []Config
+	mem   *objectstore.Memory
+	stop  []context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	if os.Getenv("STRATA_TEST_LOG") == "1" {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	}
+	return zerolog.Nop()
+}
+
+// startCluster starts Postgres with ANY 2 of three in-process safekeepers.
+func startCluster(t *testing.T) *cluster {
+	c := &cluster{t: t, mem: objectstore.NewMemory()}
+	c.srv = testpg.Start(t, testpg.Options{Sync: "ANY 2 (sk1, sk2, sk3)"})
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t)))
+	}
+	for i := 0; i < 3; i++ {
+		cfg := DefaultConfig()
+		cfg.ID = fmt.Sprintf("sk%d", i+1)
+		cfg.DataDir = t.TempDir()
+		cfg.ListenAddr = addrs[i]
+		cfg.Postgres = testpg.ReplConnString(c.srv)
+		cfg.StatusInterval = 200 * time.Millisecond
+		cfg.ControlSyncInterval = 200 * time.Millisecond
+		cfg.Archive = ArchiveConfig{Enabled: true, Prefix: "wal", PartialAfter: 500 * time.Millisecond, Interval: 200 * time.Millisecond, KeepLocal: true}
+		for j, a := range addrs {
+			if j != i {
+				cfg.Peers = append(cfg.Peers, a)
+			}
+		}
+		c.cfgs = append(c.cfgs, cfg)
+		c.nodes = append(c.nodes, nil)
+		c.stop = append(c.stop, nil)
+		c.start(i)
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *cluster) start(i int) {
+	n, err := New(c.cfgs[i], Deps{Logger: testLogger(c.t).With().Str("sk", c.cfgs[i].ID).Logger(), Archive: c.mem})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.nodes[i], c.stop[i] = n, cancel
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); n.Run(ctx) }()
+}
+
+func (c *cluster) close() {
+	for _, s := range c.stop {
+		if s != nil {
+			s()
+		}
+	}
+	c.wg.Wait()
+}
+
+// waitSync waits until Postgres sees n synchronous (quorum) standbys.
+func waitSync(t *testing.T, srv *pgtest.Server, n int) {
+	t.Helper()
+	testpg.WaitFor(t, 60*time.Second, fmt.Sprintf("%d quorum standbys", n), func() bool {
+		return srv.QueryString("postgres", "SELECT count(*)::text FROM pg_stat_replication WHERE sync_state = 'quorum'") == fmt.Sprint(n)
+	})
+}
+
+func TestThreeSafekeepersPgbench(t *testing.T) {
+	c := startCluster(t)
+	waitSync(t, c.srv, 3)
+	scale, dur := "2", "10"
+	if longTests() {
+		scale, dur = "10", "30"
+	}
+	if out, err := c.srv.Pgbench("-i", "-s", scale, "postgres"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	out, err := c.srv.Pgbench("-c", "8", "-j", "2", "-T", dur, "-P", "5", "postgres")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("pgbench:\n%s", tail(out, 6))
+	end := testpg.FlushLSN(t, c.srv)
+	for _, n := range c.nodes {
+		n := n
+		testpg.WaitFor(t, 60*time.Second, "safekeeper catch-up", func() bool { return n.Store().FlushLSN() >= end })
+	}
+	for i, n := range c.nodes {
+		start, flush := n.Store().StartLSN(), n.Store().FlushLSN()
+		bytes := testpg.CompareWAL(t, c.srv, n.Store().WALDir(), start, flush)
+		t.Logf("%s: WAL %s..%s (%d MiB) equals pg_wal", c.cfgs[i].ID, start, flush, bytes>>20)
+		if bytes < 16<<20 {
+			t.Fatalf("%s compared only %d bytes", c.cfgs[i].ID, bytes)
+		}
+	}
+	// Commit LSN: the quorum-durable position reaches the end.
+	for _, n := range c.nodes {
+		n := n
+		testpg.WaitFor(t, 10*time.Second, "commit LSN", func() bool { return n.CommitLSN() >= end })
+	}
+	// Archive: every full segment below the end, and the partial last one.
+	ctl := c.nodes[0].Store().Control()
+	seg := uint64(pg.WALSegmentSize)
+	testpg.WaitFor(t, 30*time.Second, "archiving", func() bool {
+		for _, n := range c.nodes {
+			if uint64(n.Store().Control().ArchivedLSN) < uint64(end)/seg*seg {
+				return false
+			}
+		}
+		return true
+	})
+	var full, partial int
+	err = c.mem.List(context.Background(), "wal/", func(oi objectstore.ObjectInfo) error {
+		name := filepath.Base(oi.Key)
+		isPartial := strings.HasSuffix(name, ".partial")
+		_, no, err := walstore.ParseSegmentName(strings.TrimSuffix(name, ".partial"), seg)
+		if err != nil {
+			return err
+		}
+		r, err := c.mem.Get(context.Background(), oi.Key)
+		if err != nil {
+			return err
+		}
+		data, _ := io.ReadAll(r)
+		r.Close()
+		if !isPartial && len(data) != int(seg) {
+			return fmt.Errorf("%s: %d bytes", oi.Key, len(data))
+		}
+		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, oi.Key)
+		if isPartial {
+			partial++
+		} else {
+			full++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int(uint64(end)/seg - uint64(ctl.StartLSN)/seg); full != want {
+		t.Fatalf("archived %d full segments, want %d", full, want)
+	}
+	t.Logf("archive: %d full segments and %d partial equal pg_wal", full, partial)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,240 @@
+// Package server is the safekeeper's gRPC edge: the service (status, the
+// election calls, the WAL stream with consumer feedback) over a Backend, and
+// the Client that the compute agent, the pageserver, peers and `strata wal
+// fetch` use. Wire types never leave this package; errors cross as status
+// codes and come back as the same sentinels (election.ErrStaleTerm,
+// walstore.ErrCorrupt, walstore.ErrNotHeld).
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stratadb/strata/core/safekeeper/election"
+	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// MaxChunk is the largest WAL chunk in one message.
+const MaxChunk = 256 << 10
+
+// Status is a safekeeper's state as seen from outside.
+type Status struct {
+	ID          string
+	Term        uint64
+	ComputeID   string
+	Accepted    bool
+	History     election.History
+	StartLSN    pg.LSN
+	FlushLSN    pg.LSN
+	CommitLSN   pg.LSN
+	ArchivedLSN pg.LSN
+	SystemID    uint64
+	Timeline    pg.PGTimeline
+	SegmentSize uint64
+}
+
+// Feedback is a WAL consumer's progress.
+type Feedback struct {
+	Received, Durable, Uploaded pg.LSN
+}
+
+// Bound says how far a WAL stream may go.
+type Bound int
+
+// Stream bounds.
+const (
+	BoundCommit Bound = iota // the commit LSN (quorum-durable): pageservers
+	BoundFlush               // the local flush LSN: peers, wal fetch
+)
+
+// Backend is what the service serves. Implementations are safe for
+// concurrent use.
+type Backend interface {
+	Status() Status
+	// Vote handles a vote; the vote is durable when it returns.
+	Vote(ctx context.Context, req election.VoteRequest) (election.VoteResponse, error)
+	// Accept applies an elected proposer's message (truncate, catch up,
+	// follow postgres) and returns the flush LSN, which then equals req.Start.
+	Accept(ctx context.Context, req election.AcceptRequest, postgres string) (pg.LSN, error)
+	Store() *walstore.Store
+	// CommitLSN and CommitNotify: the quorum-durable LSN, and a channel
+	// closed when it next advances.
+	CommitLSN() pg.LSN
+	CommitNotify() <-chan struct{}
+	// Feedback records a consumer's progress.
+	Feedback(consumer string, fb Feedback)
+	// Sent counts WAL bytes sent.
+	Sent(n int)
+}
+
+type service struct {
+	pb.UnimplementedSafekeeperServer
+	b Backend
+}
+
+// Register adds the safekeeper service to s.
+func Register(s *grpc.Server, b Backend) { pb.RegisterSafekeeperServer(s, &service{b: b}) }
+
+func toErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, election.ErrStaleTerm):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, election.ErrNotVoted):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, walstore.ErrCorrupt):
+		return status.Error(codes.DataLoss, err.Error())
+	case errors.Is(err, walstore.ErrNotHeld):
+		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+type wrapped struct {
+	sentinel error
+	msg      string
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.sentinel }
+
+func fromErr(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	var s error
+	switch st.Code() {
+	case codes.Aborted:
+		s = election.ErrStaleTerm
+	case codes.FailedPrecondition:
+		s = election.ErrNotVoted
+	case codes.DataLoss:
+		s = walstore.ErrCorrupt
+	case codes.OutOfRange:
+		s = walstore.ErrNotHeld
+	case codes.Canceled:
+		s = context.Canceled
+	case codes.DeadlineExceeded:
+		s = context.DeadlineExceeded
+	default:
+		return err
+	}
+	return &wrapped{sentinel: s, msg: st.Message()}
+}
+
+func historyToPB(h election.History) []*pb.TermStart {
+	out := make([]*pb.TermStart, len(h))
+	for i, e := range h {
+		out[i] = &pb.TermStart{Term: e.Term, StartLsn: uint64(e.Start)}
+	}
+	return out
+}
+
+func historyFromPB(h []*pb.TermStart) election.History {
+	out := make(election.History, len(h))
+	for i, e := range h {
+		out[i] = election.TermStart{Term: e.GetTerm(), Start: pg.LSN(e.GetStartLsn())}
+	}
+	return out
+}
+
+func (s *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.b.Status()
+	return &pb.StatusResponse{Id: st.ID, Term: st.Term, ComputeId: st.ComputeID, Accepted: st.Accepted,
+		History: historyToPB(st.History), StartLsn: uint64(st.StartLSN), FlushLsn: uint64(st.FlushLSN),
+		CommitLsn: uint64(st.CommitLSN), ArchivedLsn: uint64(st.ArchivedLSN), SystemId: st.SystemID,
+		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize}, nil
+}
+
+func (s *service) Vote(ctx context.Context, r *pb.VoteRequest) (*pb.VoteResponse, error) {
+	v, err := s.b.Vote(ctx, election.VoteRequest{Term: r.GetTerm(), ComputeID: r.GetComputeId()})
+	if err != nil {
+		return nil, toErr(err)
+	}
+	return &pb.VoteResponse{Granted: v.Granted, Term: v.Term, History: historyToPB(v.History), FlushLsn: uint64(v.Flush)}, nil
+}
+
+func (s *service) Accept(ctx context.Context, r *pb.AcceptRequest) (*pb.AcceptResponse, error) {
+	req := election.AcceptRequest{Term: r.GetTerm(), ComputeID: r.GetComputeId(), Start: pg.LSN(r.GetStartLsn()),
+		Donor: r.GetDonor(), DonorHistory: historyFromPB(r.GetDonorHistory())}
+	flush, err := s.b.Accept(ctx, req, r.GetPostgres())
+	if err != nil {
+		return nil, toErr(err)
+	}
+	return &pb.AcceptResponse{Term: r.GetTerm(), FlushLsn: uint64(flush)}, nil
+}
+
+func (s *service) StreamWAL(stream pb.Safekeeper_StreamWALServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	consumer := first.GetConsumerId()
+	feedback := func(r *pb.StreamWALRequest) {
+		if consumer != "" && (r.GetReceivedLsn() != 0 || r.GetDurableLsn() != 0 || r.GetUploadedLsn() != 0) {
+			s.b.Feedback(consumer, Feedback{Received: pg.LSN(r.GetReceivedLsn()), Durable: pg.LSN(r.GetDurableLsn()), Uploaded: pg.LSN(r.GetUploadedLsn())})
+		}
+	}
+	feedback(first)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			feedback(r)
+		}
+	}()
+	st := s.b.Store()
+	pos, stop := pg.LSN(first.GetStartLsn()), pg.LSN(first.GetStopLsn())
+	bound := first.GetBound()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		flushCh, commitCh := st.FlushNotify(), s.b.CommitNotify()
+		limit := st.FlushLSN()
+		if bound == pb.Bound_BOUND_COMMIT {
+			limit = min(limit, s.b.CommitLSN())
+		}
+		if stop > 0 {
+			limit = min(limit, stop)
+		}
+		if pos < limit {
+			data, err := st.Read(pos, int(min(limit-pos, MaxChunk)))
+			if err != nil {
+				return toErr(err)
+			}
+			if err := stream.Send(&pb.WALChunk{StartLsn: uint64(pos), Data: data, CommitLsn: uint64(s.b.CommitLSN()), FlushLsn: uint64(st.FlushLSN())}); err != nil {
+				return err
+			}
+			s.b.Sent(len(data))
+			pos += pg.LSN(len(data))
+			continue
+		}
+		if stop > 0 && pos >= stop {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return toErr(ctx.Err())
+		case <-flushCh:
+		case <-commitCh:
+		case <-tick.C:
+		}
+	}
+}
