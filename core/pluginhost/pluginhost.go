@@ -4,16 +4,15 @@
 // mutual TLS), forwards the plugin's log into the host's zerolog logger,
 // hands the plugin its config section, and restarts it when it crashes.
 //
-// What it offers per contract:
-//   - OpenObjectStore: an objectstore.Store backed by an external plugin
-//     process, restarted with backoff when it dies.
-//   - Registry: builtin (linked-in) plugins by name, built from the same
-//     factory signature an external plugin's main uses, so one factory
-//     serves both modes.
+// Per contract it offers one opener; today OpenObjectStore, an
+// objectstore.Store backed by an external plugin process, restarted with
+// backoff when it dies. The launching, checksum, version and logging code
+// (launch.go, hclog.go) knows no contract and serves the next ones (redo,
+// replication, cache).
 //
-// Choosing builtin or external for a config section is the config layer's
-// job (core/config); this package does not read config files. It is never
-// imported by plugins: they use sdk/plugin and the contract packages.
+// Choosing builtin or external for a config section is done by core/objstore
+// from core/config; this package reads no config files. Plugins never
+// import it: they use sdk/plugin and the contract packages.
 package pluginhost
 
 import (

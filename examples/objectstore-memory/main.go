@@ -18,8 +18,9 @@ import (
 	"github.com/stratadb/strata/sdk/objectstore"
 )
 
-// config is this plugin's config section (objectstore.memory in strata's
-// YAML, handed over as JSON). Unknown keys are refused so that typos show.
+// config is this plugin's config section (objectstore.plugin.config in
+// strata's YAML, handed over as JSON). Unknown keys are refused so that
+// typos show.
 type config struct {
 	// Prefix, if set, puts every key under this prefix inside the store
 	// (a demonstration of wrapping a Store; harmless otherwise).
