@@ -94,16 +94,24 @@ func needMain(r *wal.Record, n int) error {
 	return nil
 }
 
-// buildTuple makes a heap tuple from an xl_heap_header-style header and
-// the bytes after the fixed tuple header.
-func buildTuple(infomask2, infomask uint16, hoff uint8, body []byte, xmin uint32) []byte {
-	t := make([]byte, htupSize+len(body))
+// addHeapTuple adds, at offset off, a heap tuple built from an
+// xl_heap_header-style header and the bytes after the fixed tuple header
+// (body, then tail), with xmin, cmin 0 and the given ctid, as heap redo
+// does; it returns the tuple in the page.
+func (p page) addHeapTuple(off int, infomask2, infomask uint16, hoff uint8, xmin uint32, blk uint32, body, tail []byte) ([]byte, error) {
+	t, err := p.reserveItem(htupSize+len(body)+len(tail), off, true, true)
+	if err != nil {
+		return nil, err
+	}
+	clear(t[:htupSize])
 	copy(t[htupSize:], body)
+	copy(t[htupSize+len(body):], tail)
 	tupPut16(t, tInfomask2, infomask2)
 	tupPut16(t, tInfomask, infomask)
 	t[tHoff] = hoff
 	tupPut32(t, tXmin, xmin)
-	return t
+	setCtid(t, blk, uint16(off))
+	return t, nil
 }
 
 func redoHeap(r *wal.Record, blk *wal.BlockRef, p page) error {
@@ -122,9 +130,7 @@ func redoHeap(r *wal.Record, blk *wal.BlockRef, p page) error {
 		if len(d) < heapHeaderSize {
 			return fmt.Errorf("%w: heap insert without tuple", errRecord)
 		}
-		t := buildTuple(binary.LittleEndian.Uint16(d), binary.LittleEndian.Uint16(d[2:]), d[4], d[heapHeaderSize:], r.XID)
-		setCtid(t, blk.Page.Block, off)
-		if err := p.addItem(t, int(off), true, true); err != nil {
+		if _, err := p.addHeapTuple(int(off), binary.LittleEndian.Uint16(d), binary.LittleEndian.Uint16(d[2:]), d[4], r.XID, blk.Page.Block, d[heapHeaderSize:], nil); err != nil {
 			return err
 		}
 		if flags&0x01 != 0 {
@@ -297,12 +303,11 @@ func redoHeapUpdate(r *wal.Record, blk *wal.BlockRef, p page, hot bool) error {
 		}
 		body = append(body, oldTup[len(oldTup)-suffix:]...)
 	}
-	t := buildTuple(im2, im, hoff, body, r.XID)
-	tupPut32(t, tXmax, newXmax)
-	setCtid(t, newBlock, newOff)
-	if err := p.addItem(t, int(newOff), true, true); err != nil {
+	t, err := p.addHeapTuple(int(newOff), im2, im, hoff, r.XID, newBlock, body, nil)
+	if err != nil {
 		return err
 	}
+	tupPut32(t, tXmax, newXmax)
 	if flags&0x02 != 0 {
 		p.setFlags(p.flags() &^ pdAllVisible)
 	}
@@ -474,12 +479,10 @@ func redoMultiInsert(r *wal.Record, blk *wal.BlockRef, p page) error {
 		if pos+dl > len(d) {
 			return errShort
 		}
-		t := buildTuple(im2, im, hoff, d[pos:pos+dl], r.XID)
-		pos += dl
-		setCtid(t, blk.Page.Block, uint16(off))
-		if err := p.addItem(t, off, true, true); err != nil {
+		if _, err := p.addHeapTuple(off, im2, im, hoff, r.XID, blk.Page.Block, d[pos:pos+dl], nil); err != nil {
 			return err
 		}
+		pos += dl
 	}
 	if pos != len(d) {
 		return fmt.Errorf("%w: multi-insert data has %d extra bytes", errRecord, len(d)-pos)

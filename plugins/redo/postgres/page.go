@@ -109,47 +109,57 @@ func (p page) checkPointers() error {
 // reusing an unused slot; otherwise later line pointers shift up. isHeap
 // caps the offset at MaxHeapTuplesPerPage.
 func (p page) addItem(item []byte, off int, overwrite, isHeap bool) error {
-	if err := p.checkPointers(); err != nil {
+	dst, err := p.reserveItem(len(item), off, overwrite, isHeap)
+	if err != nil {
 		return err
+	}
+	copy(dst, item)
+	return nil
+}
+
+// reserveItem does PageAddItemExtended's bookkeeping for an item of size
+// bytes and returns where the caller must write it.
+func (p page) reserveItem(size, off int, overwrite, isHeap bool) ([]byte, error) {
+	if err := p.checkPointers(); err != nil {
+		return nil, err
 	}
 	limit := p.maxOff() + 1
 	shuffle := false
 	if off < 1 {
-		return fmt.Errorf("%w: invalid offset %d", errPage, off)
+		return nil, fmt.Errorf("%w: invalid offset %d", errPage, off)
 	}
 	if overwrite {
 		if off < limit {
 			id := p.itemID(off)
 			if lpIsUsed(id) || lpHasStorage(id) {
-				return fmt.Errorf("%w: will not overwrite used item %d", errPage, off)
+				return nil, fmt.Errorf("%w: will not overwrite used item %d", errPage, off)
 			}
 		}
 	} else if off < limit {
 		shuffle = true
 	}
 	if off > limit {
-		return fmt.Errorf("%w: item offset %d too large (max %d)", errPage, off, limit)
+		return nil, fmt.Errorf("%w: item offset %d too large (max %d)", errPage, off, limit)
 	}
 	if isHeap && off > maxHeapTuplesPerPage {
-		return fmt.Errorf("%w: more than MaxHeapTuplesPerPage items", errPage)
+		return nil, fmt.Errorf("%w: more than MaxHeapTuplesPerPage items", errPage)
 	}
 	lower := p.lower()
 	if off == limit || shuffle {
 		lower += 4
 	}
-	upper := p.upper() - maxAlign(len(item))
+	upper := p.upper() - maxAlign(size)
 	if lower > upper {
-		return fmt.Errorf("%w: no room for %d bytes", errPage, len(item))
+		return nil, fmt.Errorf("%w: no room for %d bytes", errPage, size)
 	}
 	if shuffle {
 		base := pageHeaderSize + (off-1)*4
 		copy(p[base+4:], p[base:pageHeaderSize+(limit-1)*4])
 	}
-	p.setItemID(off, makeLP(upper, lpNormal, len(item)))
-	copy(p[upper:], item)
+	p.setItemID(off, makeLP(upper, lpNormal, size))
 	p.setLower(lower)
 	p.setUpper(upper)
-	return nil
+	return p[upper : upper+size], nil
 }
 
 const maxHeapTuplesPerPage = (pg.BlockSize - pageHeaderSize) / (24 + 4) // MaxHeapTuplesPerPage = 291
@@ -161,7 +171,11 @@ type compactItem struct{ idx, off, alen int }
 // of the page, as compactify_tuples does.
 func (p page) compactify(items []compactItem) {
 	var scratch [pg.BlockSize]byte
-	copy(scratch[:], p)
+	from := p.special()
+	for _, it := range items {
+		from = min(from, it.off)
+	}
+	copy(scratch[from:], p[from:])
 	upper := p.special()
 	for _, it := range items {
 		upper -= it.alen
