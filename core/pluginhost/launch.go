@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/rs/zerolog"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/stratadb/strata/sdk/plugin"
 )
@@ -37,9 +38,24 @@ type process struct {
 
 func (p *process) exited() bool { return p.client.Exited() }
 
-// alive reports whether the plugin still answers a health check.
+// pingTimeout bounds the health check that tells a dead or hung plugin
+// from a backend's own transient error.
+const pingTimeout = 2 * time.Second
+
+// alive reports whether the plugin still answers a health check within
+// pingTimeout.
 func (p *process) alive() bool {
-	return !p.client.Exited() && p.rpc.Ping() == nil
+	if p.client.Exited() {
+		return false
+	}
+	gc, ok := p.rpc.(*goplugin.GRPCClient)
+	if !ok {
+		return p.rpc.Ping() == nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(gc.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: goplugin.GRPCServiceName})
+	return err == nil
 }
 
 // waitExit waits up to d for the process to exit and reports whether it did.

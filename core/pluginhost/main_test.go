@@ -24,6 +24,7 @@ import (
 //	memory  an object store plugin over objectstore.Memory
 //	v99     the same, but speaking protocol version 99 only
 //	log     logs a warning with a field at Configure, then as memory
+//	flaky   as memory, but Stat("flaky") fails with a transient backend error
 //	badcfg  its factory refuses every config
 const modeArg = "pluginhost-test-mode="
 
@@ -55,6 +56,10 @@ func servePluginMode(mode string) {
 			fmt.Fprintln(os.Stderr, "a plain stderr line")
 			return objectstore.NewMemory(), nil
 		})
+	case "flaky":
+		objectstore.ServePlugin(func([]byte, zerolog.Logger) (objectstore.Store, error) {
+			return flakyStore{objectstore.NewMemory()}, nil
+		})
 	case "badcfg":
 		objectstore.ServePlugin(func(cfg []byte, _ zerolog.Logger) (objectstore.Store, error) {
 			return nil, errors.New("badcfg: root is required")
@@ -63,6 +68,16 @@ func servePluginMode(mode string) {
 		fmt.Fprintf(os.Stderr, "unknown test plugin mode %q\n", mode)
 		os.Exit(2)
 	}
+}
+
+// flakyStore fails Stat of the key "flaky" as a throttled backend would.
+type flakyStore struct{ *objectstore.Memory }
+
+func (f flakyStore) Stat(ctx context.Context, key string) (objectstore.ObjectInfo, error) {
+	if key == "flaky" {
+		return objectstore.ObjectInfo{}, objectstore.Transient(errors.New("backend: 503 slow down"))
+	}
+	return f.Memory.Stat(ctx, key)
 }
 
 // selfSpec runs this test binary as a plugin in the given mode.

@@ -383,3 +383,61 @@ func TestFSPluginSurvivesCrash(t *testing.T) {
 		t.Fatalf("restarts %d, pid %d (old %d)", st.Restarts(), st.PID(), pid)
 	}
 }
+
+// TestBackendTransientIsNotACrash: a plugin's own transient error (gRPC
+// Unavailable, like a dead connection) reaches the caller as is, and the
+// live plugin is not restarted.
+func TestBackendTransientIsNotACrash(t *testing.T) {
+	st := openExternal(t, selfSpec(t, "flaky"))
+	pid := st.PID()
+	_, err := st.Stat(context.Background(), "flaky")
+	if !errors.Is(err, objectstore.ErrTransient) || err.Error() != "backend: 503 slow down" {
+		t.Fatalf("Stat: %v, want the backend's transient error unchanged", err)
+	}
+	if _, err := st.Stat(context.Background(), "other"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("Stat(other): %v", err)
+	}
+	if st.PID() != pid || st.Restarts() != 0 {
+		t.Fatalf("a backend error restarted the plugin: pid %d -> %d, restarts %d", pid, st.PID(), st.Restarts())
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	o := Options{RestartBackoff: 100 * time.Millisecond, MaxRestartBackoff: time.Second}.withDefaults()
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		if got := o.backoff(i + 1); got != w*time.Millisecond && !(w == 1000 && got == time.Second) {
+			t.Errorf("backoff(%d) = %v, want %v", i+1, got, w*time.Millisecond)
+		}
+	}
+}
+
+// TestCrashLoopBacksOff: a plugin that dies at every start is restarted
+// with growing pauses, and each failed call still returns promptly with a
+// clear error.
+func TestCrashLoopBacksOff(t *testing.T) {
+	spec := selfSpec(t, "memory")
+	st, err := OpenObjectStoreOptions(context.Background(), spec, Options{RestartBackoff: 50 * time.Millisecond}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Replace the binary's mode by one that does not exist: every restart
+	// now fails (the process exits before the handshake).
+	st.spec.Args = []string{modeArg + "no-such-mode"}
+	_ = syscall.Kill(st.PID(), syscall.SIGKILL)
+	var starts []time.Time
+	for range 3 {
+		_, err := st.Stat(context.Background(), "k")
+		starts = append(starts, time.Now())
+		if err == nil {
+			t.Fatal("Stat succeeded on a plugin that cannot start")
+		}
+		if !strings.Contains(err.Error(), `"test-memory"`) {
+			t.Fatalf("error does not name the plugin: %v", err)
+		}
+	}
+	if gap1, gap2 := starts[1].Sub(starts[0]), starts[2].Sub(starts[1]); gap2 < 90*time.Millisecond || gap1 < 45*time.Millisecond {
+		t.Fatalf("restarts not backed off: gaps %v, %v", gap1, gap2)
+	}
+}
