@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -32,7 +33,8 @@ type InMem struct {
 	mu      sync.RWMutex
 	f       *os.File
 	w       *bufio.Writer
-	keys    map[keyspace.Key][]Version // each sorted by (LSN, Seq)
+	vers    chunked                // every version, in arrival order
+	heads   map[keyspace.Key]int32 // newest version of each key
 	bytes   int64
 	lsnMin  pg.LSN
 	lsnMax  pg.LSN
@@ -51,7 +53,7 @@ func OpenInMem(path string, now time.Time) (*InMem, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &InMem{path: path, f: f, keys: make(map[keyspace.Key][]Version), created: now, lsnMin: ^pg.LSN(0)}
+	m := &InMem{path: path, f: f, heads: make(map[keyspace.Key]int32), created: now, lsnMin: ^pg.LSN(0)}
 	good, err := m.replay()
 	if err != nil {
 		f.Close()
@@ -111,6 +113,25 @@ func (m *InMem) Put(v Version) error {
 	if m.frozen {
 		return ErrFrozen
 	}
+	return m.putLocked(v)
+}
+
+// PutBatch is Put for many versions under one lock.
+func (m *InMem) PutBatch(vs []Version) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.frozen {
+		return ErrFrozen
+	}
+	for _, v := range vs {
+		if err := m.putLocked(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *InMem) putLocked(v Version) error {
 	var hdr [logHeader + logFixed]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(logFixed+len(v.Data)))
 	b := hdr[logHeader:]
@@ -132,18 +153,60 @@ func (m *InMem) Put(v Version) error {
 }
 
 func (m *InMem) insert(v Version) {
-	vs := m.keys[v.Key]
-	i := len(vs)
-	for i > 0 && v.Newer(&vs[i-1]) == false {
-		if vs[i-1].LSN == v.LSN && vs[i-1].Seq == v.Seq {
+	h, ok := m.heads[v.Key]
+	if !ok || v.Newer(&m.vers.at(h).v) { // the common case: a new newest version
+		older := int32(-1)
+		if ok {
+			older = h
+		}
+		m.heads[v.Key] = m.vers.add(v, older)
+		m.account(v)
+		return
+	}
+	// Walk the chain to the first version v is newer than.
+	prev := int32(-1)
+	for cur := h; cur >= 0; cur = m.vers.at(cur).older {
+		c := &m.vers.at(cur).v
+		if c.LSN == v.LSN && c.Seq == v.Seq {
 			return // replayed duplicate
 		}
-		i--
+		if v.Newer(c) {
+			break
+		}
+		prev = cur
 	}
-	vs = append(vs, Version{})
-	copy(vs[i+1:], vs[i:])
-	vs[i] = v
-	m.keys[v.Key] = vs
+	p := m.vers.at(prev)
+	p.older = m.vers.add(v, p.older)
+	m.account(v)
+}
+
+// chunked is an append-only array of versions in fixed-size chunks (no
+// copying as it grows), each with the index of its key's next older version.
+type chunked struct {
+	chunks [][]node
+	n      int32
+}
+
+type node struct {
+	v     Version
+	older int32
+}
+
+const chunkSize = 4096
+
+func (c *chunked) add(v Version, older int32) int32 {
+	if int(c.n)%chunkSize == 0 {
+		c.chunks = append(c.chunks, make([]node, 0, chunkSize))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, node{v: v, older: older})
+	c.n++
+	return c.n - 1
+}
+
+func (c *chunked) at(i int32) *node { return &c.chunks[i/chunkSize][i%chunkSize] }
+
+func (m *InMem) account(v Version) {
 	m.bytes += int64(len(v.Data)) + logFixed + logHeader
 	m.lsnMin = min(m.lsnMin, v.LSN)
 	m.lsnMax = max(m.lsnMax, v.LSN)
@@ -176,12 +239,19 @@ func (m *InMem) Freeze() error {
 func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for _, v := range m.keys[k] {
-		if v.LSN > upto {
-			break
-		}
-		out = append(out, v)
+	h, ok := m.heads[k]
+	if !ok {
+		return out
 	}
+	n := len(out)
+	for cur := h; cur >= 0; {
+		nd := m.vers.at(cur)
+		if nd.v.LSN <= upto {
+			out = append(out, nd.v)
+		}
+		cur = nd.older
+	}
+	slices.Reverse(out[n:])
 	return out
 }
 
@@ -190,9 +260,15 @@ func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
 func (m *InMem) Keys(r keyspace.Range, upto pg.LSN, fn func(keyspace.Key)) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for k, vs := range m.keys {
-		if r.Contains(k) && vs[0].LSN <= upto {
-			fn(k)
+	for k, h := range m.heads {
+		if !r.Contains(k) {
+			continue
+		}
+		for cur := h; cur >= 0; cur = m.vers.at(cur).older {
+			if m.vers.at(cur).v.LSN <= upto {
+				fn(k)
+				break
+			}
 		}
 	}
 }
@@ -203,30 +279,32 @@ func (m *InMem) Keys(r keyspace.Range, upto pg.LSN, fn func(keyspace.Key)) {
 func (m *InMem) Stats() (bytes int64, keys int, lsnMin, lsnMax pg.LSN, maxSeq uint64, created time.Time) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.bytes, len(m.keys), m.lsnMin, m.lsnMax, m.maxSeq, m.created
+	return m.bytes, len(m.heads), m.lsnMin, m.lsnMax, m.maxSeq, m.created
 }
 
 // Empty reports whether the layer holds no versions.
 func (m *InMem) Empty() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.keys) == 0
+	return len(m.heads) == 0
 }
 
 // Sorted returns every version in (Key, LSN, Seq) order. REQUIRES: frozen.
 func (m *InMem) Sorted() []Version {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	keys := make([]keyspace.Key, 0, len(m.keys))
-	n := 0
-	for k, vs := range m.keys {
+	keys := make([]keyspace.Key, 0, len(m.heads))
+	for k := range m.heads {
 		keys = append(keys, k)
-		n += len(vs)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	out := make([]Version, 0, n)
+	out := make([]Version, 0, m.vers.n)
 	for _, k := range keys {
-		out = append(out, m.keys[k]...)
+		n := len(out)
+		for cur := m.heads[k]; cur >= 0; cur = m.vers.at(cur).older {
+			out = append(out, m.vers.at(cur).v)
+		}
+		slices.Reverse(out[n:])
 	}
 	return out
 }

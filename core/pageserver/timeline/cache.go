@@ -76,3 +76,17 @@ func (c *pageCache) removeLocked(el *list.Element) {
 	delete(c.items, e.key)
 	c.used -= int64(len(e.data)) + 64
 }
+
+// invalidateBatch drops the entries of the keys of cs.
+func (c *pageCache) invalidateBatch(cs []Change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.items) == 0 {
+		return
+	}
+	for i := range cs {
+		if el, ok := c.items[cs[i].Key]; ok {
+			c.removeLocked(el)
+		}
+	}
+}

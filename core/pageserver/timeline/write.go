@@ -87,24 +87,25 @@ func (t *Timeline) putLocked(cs []Change, gated bool) error {
 		t.mu.Unlock()
 		return ErrClosed
 	}
-	wrote := false
 	var maxLSN pg.LSN
+	direct := make([]layer.Version, 0, len(cs))
+	t.cache.invalidateBatch(cs)
+	t.epoch.Add(1)
 	for _, c := range cs {
 		v := layer.Version{Key: c.Key, LSN: c.LSN, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
-		t.epoch.Add(1)
-		t.cache.invalidate(c.Key)
 		maxLSN = max(maxLSN, c.LSN)
 		if gated && c.LSN > commit {
 			t.pending = append(t.pending, v)
 			t.pendingKeys[c.Key] = insertVersion(t.pendingKeys[c.Key], v)
 			continue
 		}
-		if err := t.open.Put(v); err != nil {
-			t.mu.Unlock()
-			return err
-		}
-		wrote = true
+		direct = append(direct, v)
 	}
+	if err := t.open.PutBatch(direct); err != nil {
+		t.mu.Unlock()
+		return err
+	}
+	wrote := len(direct) > 0
 	open := t.open
 	t.mu.Unlock()
 	if gated {
