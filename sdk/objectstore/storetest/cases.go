@@ -209,7 +209,10 @@ func validKeys(maxLen int) []string {
 	return []string{
 		long,
 		segs,
-		strings.Repeat("é", 300) + "/x", // a 600-byte segment of 2-byte runes
+		strings.Repeat("%", maxLen),              // a file store that escapes '%' triples it
+		strings.Repeat("🙂", maxLen/4),            // 4-byte runes
+		strings.Repeat("%/", (maxLen-1)/2) + "%", // many one-byte segments
+		strings.Repeat("é", 300) + "/x",          // a 600-byte segment of 2-byte runes
 		"ключ/日本語/🙂",
 		"with space/and+plus=eq&amp",
 		"percent%/%25/%2F%", "percent%25", "percent",
