@@ -438,3 +438,9 @@ func (t *Timeline) ListFiles(ctx context.Context, lsn pg.LSN) ([]FileInfo, error
 	})
 	return out, err
 }
+
+// RelSizeValue encodes a relation size for a Change on keyspace.RelSize.
+func RelSizeValue(n uint32) []byte { return encodeSize(n) }
+
+// FileMetaValue encodes a file's metadata for a Change on keyspace.FileMeta.
+func FileMetaValue(path string, size int64) []byte { return encodeMeta(path, size) }
