@@ -50,7 +50,20 @@ func (e *Engine) redoOne(req *redo.Request) ([]byte, error) {
 		}
 		blk := findBlock(r, req.Key)
 		if blk == nil {
-			return nil, fmt.Errorf("%w: record at %s does not touch %s", redo.ErrCorrupt, rr.LSN, req.Key)
+			applied := false
+			for _, c := range VMClears(r) {
+				if c.Page == req.Key {
+					if !have {
+						return nil, fmt.Errorf("%w: %s: first record at %s only clears bits", redo.ErrNoBase, req.Key, rr.LSN)
+					}
+					ApplyVMClear(c, p)
+					applied = true
+				}
+			}
+			if !applied {
+				return nil, fmt.Errorf("%w: record at %s does not touch %s", redo.ErrCorrupt, rr.LSN, req.Key)
+			}
+			continue
 		}
 		if !have && !blk.ApplyImage && !blk.WillInit() {
 			return nil, fmt.Errorf("%w: %s: first record at %s does not initialize the page", redo.ErrNoBase, req.Key, rr.LSN)
