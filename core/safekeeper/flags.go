@@ -1,0 +1,26 @@
+package safekeeper
+
+import (
+	"github.com/spf13/pflag"
+)
+
+// BindFlags registers command-line flags for every field of c, with c's
+// current values as defaults, so that `strata safekeeper` runs standalone.
+func BindFlags(fs *pflag.FlagSet, c *Config) {
+	fs.StringVar(&c.ID, "id", c.ID, "safekeeper ID; the application_name listed in synchronous_standby_names")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "data folder (control file, pg_wal/, crc/)")
+	fs.StringVar(&c.ListenAddr, "listen", c.ListenAddr, "gRPC listen address (WAL service, election)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "Prometheus /metrics address (empty: off)")
+	fs.StringVar(&c.Postgres, "postgres", c.Postgres, "connection string of the Postgres to stream from (replication user)")
+	fs.StringVar(&c.Slot, "slot", c.Slot, "physical replication slot (default strata_<id>)")
+	fs.StringSliceVar(&c.Peers, "peers", c.Peers, "gRPC addresses of the other safekeepers")
+	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "longest time between standby status updates")
+	fs.DurationVar(&c.ReconnectDelay, "reconnect-delay", c.ReconnectDelay, "pause before reconnecting to Postgres")
+	fs.DurationVar(&c.ControlSyncInterval, "control-sync-interval", c.ControlSyncInterval, "how often the control file records the LSNs")
+	fs.BoolVar(&c.VerifyOnStart, "verify-on-start", c.VerifyOnStart, "verify every stored block's checksum at start")
+	fs.BoolVar(&c.Archive.Enabled, "archive", c.Archive.Enabled, "archive WAL segments to the object store")
+	fs.StringVar(&c.Archive.Prefix, "archive-prefix", c.Archive.Prefix, "object key prefix of archived WAL")
+	fs.DurationVar(&c.Archive.PartialAfter, "archive-partial-after", c.Archive.PartialAfter, "upload the partial segment after this quiet time (0: never)")
+	fs.DurationVar(&c.Archive.Interval, "archive-interval", c.Archive.Interval, "how often the archiver looks for work")
+	fs.BoolVar(&c.Archive.KeepLocal, "archive-keep-local", c.Archive.KeepLocal, "keep local WAL even when archived and consumed")
+}
