@@ -50,13 +50,14 @@ type Config struct {
 	NoSync bool `mapstructure:"no_sync" json:"no_sync"`
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration. Its messages name the key as the
+// config file spells it below objectstore ("fs.root: required").
 func (c Config) Validate() error {
 	if c.Root == "" {
-		return errors.New("fs: root is required")
+		return errors.New("fs.root: required")
 	}
 	if strings.ContainsRune(c.Root, 0) {
-		return fmt.Errorf("fs: root %q contains a NUL byte", c.Root)
+		return fmt.Errorf("fs.root: %q contains a NUL byte", c.Root)
 	}
 	return nil
 }

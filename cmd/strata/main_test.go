@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildStrata builds this binary once per test run.
+func buildStrata(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "strata")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(t *testing.T, bin, dir string, stdin []byte, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func TestObjectStoreCommandFS(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("objectstore:\n  type: fs\n  fs:\n    root: "+filepath.Join(dir, "objs")+"\n"), 0o644)
+	data := make([]byte, 5<<20)
+	rand.Read(data)
+	src := filepath.Join(dir, "src")
+	os.WriteFile(src, data, 0o644)
+
+	if _, e, code := run(t, bin, dir, nil, "--config", cfg, "objectstore", "put", "x/one", src); code != 0 {
+		t.Fatalf("put: %d %s", code, e)
+	}
+	if _, e, code := run(t, bin, dir, []byte("hello"), "--config", cfg, "objectstore", "put", "x/two", "-"); code != 0 {
+		t.Fatalf("put stdin: %d %s", code, e)
+	}
+	if _, e, code := run(t, bin, dir, []byte("again"), "--config", cfg, "objectstore", "put", "--if-not-exists", "x/two", "-"); code == 0 || !strings.Contains(e, "already exists") {
+		t.Fatalf("conditional put: %d %q", code, e)
+	}
+	out, _, code := run(t, bin, dir, nil, "--config", cfg, "objectstore", "ls", "x/")
+	if code != 0 || !strings.Contains(out, "x/one") || !strings.Contains(out, "x/two") {
+		t.Fatalf("ls: %d %q", code, out)
+	}
+	dst := filepath.Join(dir, "dst")
+	if _, e, code := run(t, bin, dir, nil, "--config", cfg, "objectstore", "get", "x/one", dst); code != 0 {
+		t.Fatalf("get: %d %s", code, e)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, data) {
+		t.Fatal("get returned different bytes")
+	}
+	if out, _, _ := run(t, bin, dir, nil, "--config", cfg, "objectstore", "get", "x/two"); out != "hello" {
+		t.Fatalf("get to stdout: %q", out)
+	}
+	if _, _, code := run(t, bin, dir, nil, "--config", cfg, "objectstore", "rm", "x/two", "x/never"); code != 0 {
+		t.Fatalf("rm: %d", code)
+	}
+	if _, e, code := run(t, bin, dir, nil, "--config", cfg, "objectstore", "stat", "x/two"); code != 1 || !strings.Contains(e, "not found") {
+		t.Fatalf("stat after rm: %d %q", code, e)
+	}
+}
+
+func TestBadConfigIsOneClearLine(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"typo.yaml":     "objectstore:\n  fs:\n    rot: x\n",
+		"nobucket.yaml": "objectstore:\n  type: s3\n",
+		"type.yaml":     "log:\n  level: [a]\n",
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(text), 0o644)
+		_, e, code := run(t, bin, dir, nil, "--config", p, "objectstore", "ls")
+		if code != 2 {
+			t.Errorf("%s: exit %d, want 2 (%q)", name, code, e)
+		}
+		lines := strings.Split(strings.TrimSpace(e), "\n")
+		if len(lines) != 1 || !strings.Contains(e, name) {
+			t.Errorf("%s: want one line naming the file, got %q", name, e)
+		}
+	}
+}

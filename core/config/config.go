@@ -1,0 +1,213 @@
+// Package config loads strata's one YAML file into typed structs: the only
+// package that imports viper. Every key can be overridden by an environment
+// variable (objectstore.fs.root is STRATA_OBJECTSTORE_FS_ROOT). An unknown
+// key, a value of the wrong type or a missing required setting is an error
+// that names the key and the file.
+//
+// It is not where components are built: cmd/strata reads a Config and passes
+// each section to the component that owns it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/stratadb/strata/plugins/objectstore/fs"
+	"github.com/stratadb/strata/plugins/objectstore/gcs"
+	"github.com/stratadb/strata/plugins/objectstore/s3"
+)
+
+// DefaultPath is the config file a sub-command reads without --config.
+const DefaultPath = "configs/local.yaml"
+
+// Config is the whole strata configuration.
+type Config struct {
+	// Path is the file the config was read from ("" for defaults only).
+	Path string `mapstructure:"-"`
+
+	Cluster     Cluster     `mapstructure:"cluster"`
+	Log         Log         `mapstructure:"log"`
+	ObjectStore ObjectStore `mapstructure:"objectstore"`
+}
+
+// Cluster holds settings shared by every process of one cluster.
+type Cluster struct {
+	// DataDir is the folder under which the processes of `strata up` keep
+	// their local state (default ./.strata).
+	DataDir string `mapstructure:"data_dir"`
+}
+
+// Log selects the level and format of every process's log.
+type Log struct {
+	Level  string `mapstructure:"level"`  // debug | info | warn | error
+	Format string `mapstructure:"format"` // auto | json | console
+}
+
+// Object store plugin modes.
+const (
+	ModeBuiltin  = "builtin"
+	ModeExternal = "external"
+)
+
+// ObjectStore selects the object store plugin and holds each builtin
+// plugin's own section; only the section named by Type is used.
+type ObjectStore struct {
+	// Type names the plugin: fs, s3, gcs, azure, or the name of an external
+	// plugin.
+	Type string `mapstructure:"type"`
+	// Mode is builtin (linked into strata) or external (its own process,
+	// launched from Plugin.Path).
+	Mode string `mapstructure:"mode"`
+	// Plugin describes the external plugin binary (Mode external only).
+	Plugin ExternalPlugin `mapstructure:"plugin"`
+
+	FS    fs.Config    `mapstructure:"fs"`
+	S3    s3.Config    `mapstructure:"s3"`
+	GCS   gcs.Config   `mapstructure:"gcs"`
+}
+
+// ExternalPlugin is how to launch and trust an external plugin binary.
+type ExternalPlugin struct {
+	// Path is the plugin executable.
+	Path string `mapstructure:"path"`
+	// Args are passed to the executable.
+	Args []string `mapstructure:"args"`
+	// SHA256 is the hex SHA-256 of the executable; when set, a binary that
+	// does not match is refused.
+	SHA256 string `mapstructure:"sha256"`
+	// Config is the settings of a plugin that strata does not know (a
+	// third-party plugin); it is passed to the plugin as JSON. For the
+	// builtin types the plugin gets their section (fs, s3, ...) instead.
+	Config map[string]any `mapstructure:"config"`
+}
+
+// Builtin object store types.
+var ObjectStoreTypes = []string{"fs", "s3", "gcs", "azure"}
+
+// Default returns the configuration that applies where the file is silent:
+// the embedded single-machine cluster under ./.strata.
+func Default() Config {
+	return Config{
+		Cluster: Cluster{DataDir: ".strata"},
+		Log:     Log{Level: "info", Format: "auto"},
+		ObjectStore: ObjectStore{
+			Type: "fs",
+			Mode: ModeBuiltin,
+			FS:   fs.Config{Root: filepath.Join(".strata", "objects")},
+		},
+	}
+}
+
+// Load reads the file at path over the defaults, applies STRATA_*
+// environment overrides and validates the result. path "" means defaults
+// and environment only.
+func Load(path string) (*Config, error) {
+	return LoadEnv(path, os.Environ())
+}
+
+// LoadEnv is Load with an explicit environment (KEY=VALUE strings).
+func LoadEnv(path string, env []string) (*Config, error) {
+	cfg := Default()
+	if err := decodeFile(path, env, &cfg); err != nil {
+		return nil, err
+	}
+	cfg.Path = path
+	if err := cfg.Validate(); err != nil {
+		where := path
+		if where == "" {
+			where = "defaults"
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+	}
+	return &cfg, nil
+}
+
+// Validate checks every section; the error names the first bad key.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Cluster.DataDir == "" {
+		errs = append(errs, errors.New("cluster.data_dir: required"))
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: %q: want debug, info, warn or error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "auto", "json", "console":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q: want auto, json or console", c.Log.Format))
+	}
+	if err := c.ObjectStore.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return joinErrs(errs)
+}
+
+// Validate checks the object store selection and the chosen plugin's section.
+func (o *ObjectStore) Validate() error {
+	if o.Type == "" {
+		return errors.New("objectstore.type: required (fs, s3, gcs or azure)")
+	}
+	builtin := false
+	for _, t := range ObjectStoreTypes {
+		builtin = builtin || t == o.Type
+	}
+	switch o.Mode {
+	case ModeBuiltin:
+		if !builtin {
+			return fmt.Errorf("objectstore.type: %q is not a builtin store (%s); set objectstore.mode: external and objectstore.plugin.path for a third-party plugin", o.Type, strings.Join(ObjectStoreTypes, ", "))
+		}
+	case ModeExternal:
+		if o.Plugin.Path == "" {
+			return errors.New("objectstore.plugin.path: required when objectstore.mode is external")
+		}
+	default:
+		return fmt.Errorf("objectstore.mode: %q: want builtin or external", o.Mode)
+	}
+	if err := o.sectionValidate(); err != nil {
+		return fmt.Errorf("objectstore.%w", err)
+	}
+	return nil
+}
+
+func (o *ObjectStore) sectionValidate() error {
+	switch o.Type {
+	case "fs":
+		return o.FS.Validate()
+	case "s3":
+		return o.S3.Validate()
+	case "gcs":
+		return o.GCS.Validate()
+	}
+	return nil
+}
+
+// Section returns the chosen plugin's settings, to be passed to an external
+// plugin as JSON: the builtin type's section, or Plugin.Config for others.
+func (o *ObjectStore) Section() any {
+	switch o.Type {
+	case "fs":
+		return o.FS
+	case "s3":
+		return o.S3
+	case "gcs":
+		return o.GCS
+	}
+	return o.Plugin.Config
+}
+
+// joinErrs joins errors on one line, so that a bad config prints as one.
+func joinErrs(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}

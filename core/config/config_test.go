@@ -1,0 +1,134 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "strata.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestShippedProfilesLoad(t *testing.T) {
+	profiles, _ := filepath.Glob("../../configs/*.yaml")
+	if len(profiles) == 0 {
+		t.Fatal("no profiles found in configs/")
+	}
+	for _, p := range profiles {
+		if _, err := LoadEnv(p, nil); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+func TestLocalProfile(t *testing.T) {
+	cfg, err := LoadEnv("../../configs/local.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ObjectStore.Type != "fs" || cfg.ObjectStore.FS.Root != "./.strata/objects" || cfg.Cluster.DataDir != "./.strata" {
+		t.Fatalf("unexpected local profile: %+v", cfg)
+	}
+}
+
+func TestDefaultsOnly(t *testing.T) {
+	cfg, err := LoadEnv("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ObjectStore.Type != "fs" || cfg.Log.Level != "info" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	p := writeFile(t, "objectstore:\n  type: fs\n  fs:\n    root: /a\n")
+	cfg, err := LoadEnv(p, []string{
+		"STRATA_OBJECTSTORE_FS_ROOT=/b",
+		"STRATA_LOG_LEVEL=debug",
+		"STRATA_OBJECTSTORE_S3_PATH_STYLE=true",
+		"STRATA_OBJECTSTORE_S3_PART_SIZE=6291456",
+		"UNRELATED=1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ObjectStore.FS.Root != "/b" || cfg.Log.Level != "debug" {
+		t.Fatalf("env not applied: %+v", cfg)
+	}
+	if !cfg.ObjectStore.S3.PathStyle || cfg.ObjectStore.S3.PartSize != 6<<20 {
+		t.Fatalf("typed env not applied: %+v", cfg.ObjectStore.S3)
+	}
+	if got := EnvKey("objectstore.fs.root"); got != "STRATA_OBJECTSTORE_FS_ROOT" {
+		t.Fatalf("EnvKey = %s", got)
+	}
+}
+
+func TestErrorsNameKeyAndFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		env        []string
+		want       []string
+	}{
+		{"unknown key", "objectstore:\n  fs:\n    rot: /x\n", nil, []string{"unknown key objectstore.fs.rot", "did you mean objectstore.fs.root"}},
+		{"unknown section", "pageservr:\n  x: 1\n", nil, []string{"unknown key pageservr.x"}},
+		{"wrong type", "objectstore:\n  type: s3\n  s3:\n    bucket: b\n    path_style: [1, 2]\n", nil, []string{"objectstore.s3.path_style"}},
+		{"wrong type int", "objectstore:\n  type: s3\n  s3:\n    bucket: b\n    part_size: big\n", nil, []string{"objectstore.s3.part_size"}},
+		{"missing required", "objectstore:\n  type: s3\n", nil, []string{"objectstore.s3.bucket: required"}},
+		{"bad mode", "objectstore:\n  mode: sideways\n", nil, []string{"objectstore.mode", "sideways"}},
+		{"external without path", "objectstore:\n  mode: external\n", nil, []string{"objectstore.plugin.path: required"}},
+		{"unknown builtin", "objectstore:\n  type: ftp\n", nil, []string{"objectstore.type", "ftp"}},
+		{"bad yaml", "objectstore: [\n", nil, []string{"not valid YAML"}},
+		{"bad env value", "", []string{"STRATA_LOG_LEVEL=loud"}, []string{"log.level", "loud"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, tc.yaml)
+			_, err := LoadEnv(p, tc.env)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not match ErrInvalid", err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			for _, w := range append(tc.want, p) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := LoadEnv(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSchemaKeysDuration(t *testing.T) {
+	type inner struct {
+		Every time.Duration `mapstructure:"every"`
+	}
+	type outer struct {
+		In   inner          `mapstructure:"in"`
+		Free map[string]any `mapstructure:"free"`
+	}
+	known, free := schemaKeys(reflectTypeOf[outer](), "")
+	if !known["in.every"] || !known["free"] || len(free) != 1 || free[0] != "free." {
+		t.Fatalf("known=%v free=%v", known, free)
+	}
+}

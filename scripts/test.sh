@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command of the README: installs what the tests need on a fresh
+# Debian 12 machine (as root), starts nothing by hand (the tests start their
+# own Postgres servers and emulators on free loopback ports), and runs every
+# Go test, then a one-minute fuzz run of the WAL decoder.
+#
+#   scripts/test.sh            the default run (what .ci/run runs)
+#   STRATA_LONG_TESTS=1 scripts/test.sh   also the long soak tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH
+export PATH=$(go env GOPATH)/bin:$PATH
+
+scripts/install-deps.sh
+
+export STRATA_REQUIRE_EMULATORS=1
+export STRATA_REQUIRE_BROWSER=1
+start=$(date +%s)
+echo "== go vet"
+go vet ./...
+echo "== go test"
+go test -p 2 -timeout 20m -count=1 ./... 2>&1 | tee /tmp/strata-test.log
+fuzz_pkg=./plugins/redo/postgres/wal
+if go test -list 'Fuzz.*' "$fuzz_pkg" 2>/dev/null | grep -q '^FuzzDecode$'; then
+  echo "== fuzz FuzzDecode for 60s"
+  go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 60s "$fuzz_pkg"
+fi
+echo "== done in $(( $(date +%s) - start ))s"
