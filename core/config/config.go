@@ -64,9 +64,9 @@ type ObjectStore struct {
 	// Plugin describes the external plugin binary (Mode external only).
 	Plugin ExternalPlugin `mapstructure:"plugin"`
 
-	FS    fs.Config    `mapstructure:"fs"`
-	S3    s3.Config    `mapstructure:"s3"`
-	GCS   gcs.Config   `mapstructure:"gcs"`
+	FS  fs.Config  `mapstructure:"fs"`
+	S3  s3.Config  `mapstructure:"s3"`
+	GCS gcs.Config `mapstructure:"gcs"`
 }
 
 // ExternalPlugin is how to launch and trust an external plugin binary.

@@ -63,10 +63,10 @@ func openExternal(ctx context.Context, cfg config.ObjectStore, log zerolog.Logge
 		return nil, fmt.Errorf("objstore: encoding the %s section for the plugin: %w", cfg.Type, err)
 	}
 	return pluginhost.OpenObjectStore(ctx, pluginhost.Spec{
-		Name:   cfg.Type,
-		Path:   cfg.Plugin.Path,
-		Args:   cfg.Plugin.Args,
-		SHA256: cfg.Plugin.SHA256,
+		Name:       cfg.Type,
+		Path:       cfg.Plugin.Path,
+		Args:       cfg.Plugin.Args,
+		SHA256:     cfg.Plugin.SHA256,
 		ConfigJSON: section,
 	}, log)
 }
