@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/plugins/objectstore/fs"
+)
+
+// newWALFetchCmd returns `strata wal fetch SEGMENT DEST`, usable as Postgres'
+// restore_command ('strata wal fetch %f %p --safekeepers ...'): it copies a
+// WAL segment from the first safekeeper that holds it (only quorum-committed
+// WAL) or else from the archive, and exits non-zero when neither has it.
+func newWALFetchCmd() *cobra.Command {
+	var (
+		o          safekeeper.FetchOptions
+		archiveDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "fetch SEGMENT DEST",
+		Short: "Fetch a WAL segment from the safekeepers or the archive (restore_command)",
+		Example: `  restore_command = 'strata wal fetch %f %p --safekeepers 127.0.0.1:7676,127.0.0.1:7677 --archive-dir /var/lib/strata/objects'`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, dest := args[0], args[1]
+			if archiveDir != "" {
+				st, err := fs.New(fs.Config{Root: archiveDir}, zerolog.Nop())
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				o.Archive = st
+			}
+			tmp, err := os.CreateTemp(filepath.Dir(dest), ".strata-fetch-*")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			if err := safekeeper.FetchSegment(cmd.Context(), o, name, tmp); err != nil {
+				tmp.Close()
+				return err
+			}
+			if err := tmp.Sync(); err != nil {
+				tmp.Close()
+				return err
+			}
+			if err := tmp.Close(); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp.Name(), dest); err != nil {
+				return fmt.Errorf("wal fetch: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.Safekeepers, "safekeepers", nil, "gRPC addresses of safekeepers, tried in order")
+	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "fs object store root with archived WAL")
+	cmd.Flags().StringVar(&o.Prefix, "archive-prefix", "wal", "object key prefix of archived WAL")
+	cmd.Flags().Uint64Var(&o.SystemID, "system-id", 0, "Postgres system identifier in the archive (default: from a safekeeper, or the only one)")
+	return cmd
+}
