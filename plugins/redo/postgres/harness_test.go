@@ -22,6 +22,8 @@ type workloadWAL struct {
 	Dir        string // copy of the segments
 	Start, End pg.LSN
 	srv        *pgtest.Server // stopped once the first test using it ends
+	// pg_xact files (name to bytes) at Start (after a checkpoint) and at End.
+	XactStart, XactEnd map[string][]byte
 }
 
 // tempDirs outlive single tests (the WAL copy is shared) and are removed
@@ -80,14 +82,20 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 		}
 	}()
 	s := pgtest.Start(t, pgtest.Options{Conf: map[string]string{
-		"wal_consistency_checking": "'all'",
-		"wal_compression":          "lz4",
-		"wal_keep_size":            "'4GB'",
-		"max_wal_size":             "'4GB'",
-		"checkpoint_timeout":       "'1h'",
-		"autovacuum":               "off",
-		"shared_buffers":           "'32MB'",
+		"wal_consistency_checking":  "'all'",
+		"wal_compression":           "lz4",
+		"wal_keep_size":             "'4GB'",
+		"max_wal_size":              "'4GB'",
+		"checkpoint_timeout":        "'1h'",
+		"autovacuum":                "off",
+		"max_prepared_transactions": "5",
+		"shared_buffers":            "'32MB'",
 	}})
+	s.Exec("postgres", "checkpoint")
+	xactStart, err := readDirFiles(filepath.Join(s.DataDir, "pg_xact"))
+	if err != nil {
+		return nil, err
+	}
 	start := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
 	scale := "1"
 	txns := "300"
@@ -113,7 +121,11 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	s.Exec("postgres", "insert into t (n, v) select g % 50, 'again' from generate_series(1, 300) g")
 	s.Exec("postgres", "checkpoint")
 	end := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
-	w = &workloadWAL{srv: s}
+	xactEnd, err := readDirFiles(filepath.Join(s.DataDir, "pg_xact"))
+	if err != nil {
+		return nil, err
+	}
+	w = &workloadWAL{srv: s, XactStart: xactStart, XactEnd: xactEnd}
 	pgWal := filepath.Join(s.DataDir, "pg_wal")
 	if w.Start, err = pg.ParseLSN(start); err != nil {
 		return nil, err
@@ -190,6 +202,13 @@ var workloadSQL = []string{
 	"drop table tt",
 	"create database d2",
 	"drop database d2",
+	"begin; insert into t (n, v) values (1, 'rolled back'); rollback",
+	"begin; insert into t (n, v) values (2, 'sp'); savepoint a; insert into t (n, v) values (3, 'sub'); release savepoint a; savepoint b; insert into t (n, v) values (4, 'subabort'); rollback to savepoint b; commit",
+	"begin; select * from t where id = 4000 for share; savepoint s; select * from t where id = 4000 for update; savepoint s2; update t set v = 'multi' where id = 4000; commit",
+	"begin; insert into t (n, v) values (5, 'prepared'); prepare transaction 'p1'",
+	"commit prepared 'p1'",
+	"begin; insert into t (n, v) values (6, 'prepared-abort'); prepare transaction 'p2'",
+	"rollback prepared 'p2'",
 }
 
 type verifyStats struct {
@@ -410,4 +429,20 @@ func TestConsistencyAgainstPostgres(t *testing.T) {
 	if vmChecked == 0 || st.vmClears == 0 {
 		t.Errorf("VM check did not run (%d pages, %d clears)", vmChecked, st.vmClears)
 	}
+}
+
+func readDirFiles(dir string) (map[string][]byte, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = b
+	}
+	return out, nil
 }

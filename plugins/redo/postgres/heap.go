@@ -195,6 +195,8 @@ func redoHeap(r *wal.Record, blk *wal.BlockRef, p page) error {
 		}
 		tupPut32(t, tXmax, xid)
 		setCmaxFirst(t)
+	case 0x30: // TRUNCATE: for logical decoding, touches no page
+		return nil
 	case 0x70: // INPLACE
 		if err := needMain(r, 2); err != nil {
 			return err
