@@ -531,10 +531,18 @@ func (n *Node) Accept(ctx context.Context, req election.AcceptRequest, postgres 
 		}
 	}
 	if n.st.IsEmpty() && plan.FetchFrom < plan.FetchTo {
-		// A new, empty safekeeper starts at the donor's segment boundary.
-		seg := n.st.SegmentSize()
-		from := pg.LSN(uint64(plan.FetchFrom) / seg * seg)
-		if err := n.st.Init(from, 0, 1); err != nil {
+		// A new, empty safekeeper starts where the donor's WAL starts (a
+		// segment boundary).
+		c, err := n.peerClient(plan.Donor)
+		if err != nil {
+			return 0, err
+		}
+		ds, err := c.Status(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("safekeeper: donor %s: %w", plan.Donor, err)
+		}
+		from := max(plan.FetchFrom, ds.StartLSN)
+		if err := n.st.Init(from, ds.SystemID, ds.Timeline); err != nil {
 			return 0, err
 		}
 		plan.FetchFrom = from
