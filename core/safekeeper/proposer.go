@@ -1,0 +1,91 @@
+package safekeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/stratadb/strata/core/safekeeper/election"
+	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// ErrFenced: a higher term exists; this proposer must not start Postgres.
+var ErrFenced = errors.New("safekeeper: fenced by a higher term")
+
+// ErrNoQuorum: fewer than a quorum of safekeepers answered.
+var ErrNoQuorum = errors.New("safekeeper: no quorum")
+
+// Elect runs one election as the proposer (the compute agent's job before it
+// starts Postgres): it asks every safekeeper in members (gRPC addresses) to
+// vote for term, picks the donor and the durable end E, and has the voters
+// truncate, catch up and accept. It returns E once a quorum has accepted;
+// postgres is the host:port the safekeepers then stream from ("" keeps
+// their configured one). It drives the pure election.Proposer.
+func Elect(ctx context.Context, term uint64, computeID, postgres string, members []string) (pg.LSN, error) {
+	clients := map[string]*server.Client{}
+	for _, m := range members {
+		c, err := server.Dial(m)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		clients[m] = c
+	}
+	p := election.NewProposer(term, computeID, members)
+	type vote struct {
+		from string
+		r    election.VoteResponse
+		err  error
+	}
+	votes := make(chan vote, len(members))
+	for m, c := range clients {
+		go func(m string, c *server.Client) {
+			r, err := c.Vote(ctx, p.VoteRequest())
+			votes <- vote{m, r, err}
+		}(m, c)
+	}
+	var errs []error
+	for range members {
+		v := <-votes
+		if v.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", v.from, v.err))
+			continue
+		}
+		p.OnVote(v.from, v.r)
+	}
+	switch p.State() {
+	case election.Fenced:
+		return 0, fmt.Errorf("%w: term %d seen", ErrFenced, p.HighestTerm())
+	case election.Voting:
+		return 0, fmt.Errorf("%w of votes for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
+	}
+	_, end := p.Donor()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for m, req := range p.AcceptRequests() {
+		wg.Add(1)
+		go func(m string, req election.AcceptRequest) {
+			defer wg.Done()
+			_, err := clients[m].Accept(ctx, req, postgres)
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, election.ErrStaleTerm) {
+				p.OnRejected(m, term+1)
+			} else if err != nil {
+				errs = append(errs, fmt.Errorf("%s: accept: %w", m, err))
+			} else {
+				p.OnAccepted(m)
+			}
+		}(m, req)
+	}
+	wg.Wait()
+	switch p.State() {
+	case election.Elected:
+		return end, nil
+	case election.Fenced:
+		return 0, fmt.Errorf("%w during accept of term %d", ErrFenced, term)
+	}
+	return 0, fmt.Errorf("%w of accepts for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
+}
