@@ -1,0 +1,380 @@
+// Package fusefs is the compute's FUSE filesystem for PGDATA. Stock
+// PostgreSQL 15 runs on it unmodified: relation segment files are served page
+// by page (cache tier, then Backend.ReadPage with not_modified_since from the
+// last-written-LSN map) and written page by page, all-or-nothing, with direct
+// I/O so the kernel page cache holds no second copy; every other file of the
+// data directory is stored whole in the Backend; pg_wal passes through to a
+// local scratch folder, and each WAL write moves W (walpos), the WAL position
+// that every stored version is tagged with (DESIGN.md section 3a).
+//
+// It is not the compute agent: starting Postgres, fetching WAL from the
+// safekeepers and the pageserver client live elsewhere and plug in through
+// Backend and Cache.
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/compute/relpath"
+	"github.com/stratadb/strata/core/compute/walpos"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Options configure a mount.
+type Options struct {
+	// Backend stores PGDATA (required).
+	Backend Backend
+	// Cache is the page cache tier; nil means none.
+	Cache Cache
+	// WALScratch is the local folder that pg_wal passes through to
+	// (required). It is created if missing.
+	WALScratch string
+	// UID and GID own every file (the postgres OS user).
+	UID, GID uint32
+	// WALStart is the WAL position the compute starts from (the durable end
+	// of WAL it was given); W never goes below it.
+	WALStart pg.LSN
+	// WALSegmentSize is the WAL segment size; 0 means 16 MiB.
+	WALSegmentSize uint64
+	// LastWrittenMax bounds the last-written-LSN map; 0 means 1<<20 pages.
+	LastWrittenMax int
+	// AttrTimeout is how long the kernel may cache sizes and attributes;
+	// every change goes through the kernel, so caching is safe. 0 means 1 s.
+	AttrTimeout time.Duration
+	// Debug logs every FUSE request.
+	Debug bool
+	Log   zerolog.Logger
+}
+
+// FS is a mounted PGDATA filesystem.
+type FS struct {
+	opts   Options
+	be     Backend
+	local  *Memory // KindLocal files: die with the mount
+	cache  Cache
+	wal    *walpos.Tracker
+	lw     *LastWritten
+	waits  Waits
+	log    zerolog.Logger
+	server *fuse.Server
+	mnt    string
+
+	relMu sync.Mutex
+	rels  map[pg.RelTag]*relState
+
+	rootMode uint32
+	started  time.Time
+}
+
+// Mount loads the tree from opts.Backend and mounts it at mountpoint (which
+// must exist). Call Unmount when done.
+func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
+	if opts.Backend == nil || opts.WALScratch == "" {
+		return nil, errors.New("fusefs: Backend and WALScratch are required")
+	}
+	if opts.WALSegmentSize == 0 {
+		opts.WALSegmentSize = pg.WALSegmentSize
+	}
+	if opts.LastWrittenMax == 0 {
+		opts.LastWrittenMax = 1 << 20
+	}
+	if opts.AttrTimeout == 0 {
+		opts.AttrTimeout = time.Second
+	}
+	f := &FS{
+		opts:     opts,
+		be:       opts.Backend,
+		local:    NewMemory(),
+		cache:    opts.Cache,
+		wal:      walpos.New(opts.WALSegmentSize, opts.WALStart),
+		lw:       NewLastWritten(opts.LastWrittenMax, opts.WALStart),
+		log:      opts.Log,
+		rels:     map[pg.RelTag]*relState{},
+		rootMode: 0o700,
+		started:  time.Now(),
+		mnt:      mountpoint,
+	}
+	root := &dirNode{fsys: f, path: ""}
+	to := opts.AttrTimeout
+	neg := time.Duration(0)
+	fopts := &fs.Options{
+		EntryTimeout:    &to,
+		AttrTimeout:     &to,
+		NegativeTimeout: &neg,
+		UID:             opts.UID,
+		GID:             opts.GID,
+		MountOptions: fuse.MountOptions{
+			AllowOther:    true,
+			DirectMount:   true,
+			FsName:        "strata",
+			Name:          "strata",
+			MaxWrite:      1 << 20,
+			DisableXAttrs: true,
+			Debug:         opts.Debug,
+		},
+	}
+	// Build the tree before the kernel sees the mount.
+	var loadErr error
+	fopts.OnAdd = func(ctx context.Context) { loadErr = f.load(ctx, root) }
+	server, err := fs.Mount(mountpoint, root, fopts)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+	}
+	f.server = server
+	if loadErr != nil {
+		_ = f.Unmount()
+		return nil, fmt.Errorf("fusefs: load tree: %w", loadErr)
+	}
+	f.log.Info().Str("mountpoint", mountpoint).Msg("PGDATA mounted")
+	return f, nil
+}
+
+// Unmount unmounts the filesystem, falling back to a lazy unmount of exactly
+// this mountpoint when it is busy; it then waits for the server to stop.
+func (f *FS) Unmount() error {
+	var err error
+	for i := 0; i < 20; i++ {
+		if err = f.server.Unmount(); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		f.log.Warn().Err(err).Str("mountpoint", f.mnt).Msg("unmount busy; lazy unmount")
+		if out, lerr := exec.Command("umount", "-l", f.mnt).CombinedOutput(); lerr != nil {
+			return fmt.Errorf("fusefs: unmount %s: %v; umount -l: %v: %s", f.mnt, err, lerr, out)
+		}
+	}
+	f.server.Wait()
+	return nil
+}
+
+// Waits returns the filesystem's operation counters.
+func (f *FS) Waits() *Waits { return &f.waits }
+
+// WAL returns the tracker of W.
+func (f *FS) WAL() *walpos.Tracker { return f.wal }
+
+// Mountpoint returns where the filesystem is mounted.
+func (f *FS) Mountpoint() string { return f.mnt }
+
+// load builds the inode tree from the Backend.
+func (f *FS) load(ctx context.Context, root *dirNode) error {
+	files, err := f.be.List(ctx)
+	if err != nil {
+		return err
+	}
+	dirs := map[string]*fs.Inode{"": root.EmbeddedInode()}
+	for _, fi := range files {
+		parent, ok := dirs[parentOf(fi.Path)]
+		if !ok {
+			return fmt.Errorf("%s: parent folder missing", fi.Path)
+		}
+		name := baseOf(fi.Path)
+		if fi.Dir {
+			var ch *fs.Inode
+			if fi.Path == "pg_wal" {
+				ch, err = f.walRoot(ctx, parent)
+				if err != nil {
+					return err
+				}
+			} else {
+				ch = parent.NewPersistentInode(ctx, &dirNode{fsys: f, path: fi.Path, mode: fi.Mode}, fs.StableAttr{Mode: syscall.S_IFDIR})
+			}
+			parent.AddChild(name, ch, false)
+			dirs[fi.Path] = ch
+			continue
+		}
+		n := &fileNode{fsys: f, path: fi.Path, store: f.be, kind: relpath.KindOther, size: fi.Size, mode: fi.Mode}
+		parent.AddChild(name, parent.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+	}
+	rels, err := f.be.ListRels(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ri := range rels {
+		st := f.rel(ri.Rel)
+		st.exists, st.nblocks = true, ri.Nblocks
+		segs := (ri.Nblocks + relpath.SegmentBlocks - 1) / relpath.SegmentBlocks
+		if segs == 0 {
+			segs = 1
+		}
+		for no := uint32(0); no < segs; no++ {
+			seg := relpath.Seg{Rel: ri.Rel, No: no}
+			p := seg.Path()
+			parent, ok := dirs[parentOf(p)]
+			if !ok {
+				return fmt.Errorf("relation %s: folder %s missing", ri.Rel, parentOf(p))
+			}
+			n := &relNode{fsys: f, seg: seg, st: st}
+			st.segs[no] = n
+			parent.AddChild(baseOf(p), parent.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+		}
+	}
+	f.log.Info().Int("files", len(files)).Int("relations", len(rels)).Msg("PGDATA tree loaded")
+	return nil
+}
+
+// walRoot makes the pg_wal node: a loopback onto the scratch folder whose
+// file handles report every write to the W tracker.
+func (f *FS) walRoot(ctx context.Context, parent *fs.Inode) (*fs.Inode, error) {
+	if err := os.MkdirAll(f.opts.WALScratch, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(f.opts.WALScratch, int(f.opts.UID), int(f.opts.GID)); err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(f.opts.WALScratch, &st); err != nil {
+		return nil, err
+	}
+	lr := &fs.LoopbackRoot{Path: f.opts.WALScratch, Dev: uint64(st.Dev)}
+	lr.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &walNode{LoopbackNode: fs.LoopbackNode{RootData: r}, fsys: f}
+	}
+	rn := &walNode{LoopbackNode: fs.LoopbackNode{RootData: lr}, fsys: f}
+	lr.RootNode = rn
+	return parent.NewPersistentInode(ctx, rn, fs.StableAttr{Mode: syscall.S_IFDIR}), nil
+}
+
+func (f *FS) rel(tag pg.RelTag) *relState {
+	f.relMu.Lock()
+	defer f.relMu.Unlock()
+	st, ok := f.rels[tag]
+	if !ok {
+		st = &relState{tag: tag, segs: map[uint32]*relNode{}}
+		f.rels[tag] = st
+	}
+	return st
+}
+
+// storeFor returns where files of kind k live.
+func (f *FS) storeFor(k relpath.Kind) Backend {
+	if k == relpath.KindLocal {
+		return f.local
+	}
+	return f.be
+}
+
+func (f *FS) attr(out *fuse.Attr, mode uint32, size int64) {
+	out.Mode = mode
+	out.Size = uint64(size)
+	out.Blocks = (uint64(size) + 511) / 512
+	out.Blksize = pg.BlockSize
+	out.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
+	t := uint64(f.started.Unix())
+	out.Atime, out.Mtime, out.Ctime = t, t, t
+	out.Nlink = 1
+}
+
+func parentOf(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func baseOf(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// errno maps Backend errors to errnos.
+func errno(err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, ErrExists):
+		return syscall.EEXIST
+	case errors.Is(err, ErrNotEmpty):
+		return syscall.ENOTEMPTY
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return syscall.EIO
+}
+
+func (f *FS) fail(op, path string, err error) syscall.Errno {
+	e := errno(err)
+	if e == syscall.EIO {
+		f.log.Error().Err(err).Str("op", op).Str("path", path).Msg("backend error")
+	}
+	return e
+}
+
+// sync waits until every mutation up to the current W is durable.
+func (f *FS) sync(ctx context.Context, k relpath.Kind) syscall.Errno {
+	if k == relpath.KindLocal {
+		return 0
+	}
+	t := time.Now()
+	err := f.be.Sync(ctx, f.wal.Current())
+	f.waits.Observe(OpFsync, k, 0, time.Since(t))
+	return f.fail("fsync", "", err)
+}
+
+// copyAcross moves a file between the durable and the local store.
+func (f *FS) copyAcross(ctx context.Context, src Backend, from string, size int64, dst Backend, to string, w pg.LSN) error {
+	buf := make([]byte, size)
+	n, err := src.ReadFile(ctx, from, 0, buf)
+	if err != nil {
+		return err
+	}
+	if err := dst.Remove(ctx, to, w); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if err := dst.CreateFile(ctx, to, 0o600, w); err != nil {
+		return err
+	}
+	if err := dst.WriteFile(ctx, to, 0, buf[:n], w); err != nil {
+		return err
+	}
+	return src.Remove(ctx, from, w)
+}
+
+// MountpointCleanup unmounts whatever is mounted at dir with a lazy unmount
+// (umount -l of exactly dir); for test cleanups after a failed Unmount.
+func MountpointCleanup(dir string) {
+	if mounted(dir) {
+		_ = exec.Command("umount", "-l", dir).Run()
+	}
+}
+
+func mounted(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	abs, _ := filepath.Abs(dir)
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && fields[4] == abs {
+			return true
+		}
+	}
+	return false
+}
