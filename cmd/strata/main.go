@@ -75,11 +75,15 @@ chosen in one YAML file (--config, default configs/local.yaml).`,
 	root.PersistentFlags().StringVar(&a.configPath, "config", "", "config file (default configs/local.yaml when present, else built-in defaults)")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
 	root.PersistentFlags().StringVar(&a.logFormat, "log-format", "", "override log.format (auto, json, console)")
-	wal := &cobra.Command{Use: "wal", Short: "Read WAL: dump records and statistics"}
-	wal.AddCommand(newWALDumpCmd())
+	wal := &cobra.Command{Use: "wal", Short: "Read WAL: dump records and statistics, fetch segments"}
+	wal.AddCommand(newWALDumpCmd(), newWALFetchCmd())
 	root.AddCommand(
+		newUpCmd(a),
+		newDownCmd(a),
+		newStatusCmd(a),
 		newObjectStoreCmd(a),
 		wal,
+		newSafekeeperCmd(),
 		newPageserverCmd(),
 		newTimelineCmd(),
 		newBenchCmd(),

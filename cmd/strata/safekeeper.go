@@ -38,6 +38,11 @@ Postgres needs a replication user with a password, for example:
 				return err
 			}
 			log = log.With().Str("component", "safekeeper").Logger()
+			if cfg.Postgres == "" {
+				// strata up passes the replication password in the
+				// environment rather than in argv.
+				cfg.Postgres = os.Getenv("STRATA_SAFEKEEPER_POSTGRES")
+			}
 			deps := safekeeper.Deps{Logger: log}
 			if archiveDir != "" {
 				st, err := fs.New(fs.Config{Root: archiveDir}, log)

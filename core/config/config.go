@@ -31,6 +31,7 @@ type Config struct {
 	Cluster     Cluster     `mapstructure:"cluster"`
 	Log         Log         `mapstructure:"log"`
 	ObjectStore ObjectStore `mapstructure:"objectstore"`
+	Compute     Compute     `mapstructure:"compute"`
 }
 
 // Cluster holds settings shared by every process of one cluster.
@@ -38,6 +39,36 @@ type Cluster struct {
 	// DataDir is the folder under which the processes of `strata up` keep
 	// their local state (default ./.strata).
 	DataDir string `mapstructure:"data_dir"`
+	// Safekeepers is how many safekeepers `strata up` starts (default 3).
+	Safekeepers int `mapstructure:"safekeepers"`
+	// Quorum is how many safekeepers must hold WAL before Postgres
+	// acknowledges a commit (default 2: synchronous_standby_names =
+	// 'ANY 2 (sk1, sk2, sk3)').
+	Quorum int `mapstructure:"quorum"`
+	// SafekeeperPort is the gRPC port of the first safekeeper; the others
+	// take the next ones (default 7676).
+	SafekeeperPort int `mapstructure:"safekeeper_port"`
+	// MetricsPort is the first of the /metrics ports of the processes
+	// `strata up` starts (default 9676; 0 turns them off).
+	MetricsPort int `mapstructure:"metrics_port"`
+}
+
+// Compute is the Postgres that strata runs.
+type Compute struct {
+	// Port is Postgres' TCP port on 127.0.0.1 (default 55432).
+	Port int `mapstructure:"port"`
+	// OSUser is the unprivileged OS user Postgres runs as when strata runs
+	// as root (default postgres).
+	OSUser string `mapstructure:"os_user"`
+	// PGBinDir holds the PostgreSQL 15 programs.
+	PGBinDir string `mapstructure:"pg_bin_dir"`
+	// FullPageWrites sets full_page_writes (default true).
+	FullPageWrites bool `mapstructure:"full_page_writes"`
+	// SharedBuffers sets shared_buffers, in Postgres' units ("128MB").
+	SharedBuffers string `mapstructure:"shared_buffers"`
+	// Settings are extra postgresql.conf settings, written as given
+	// (quote strings yourself: "'on'" is not needed for on).
+	Settings map[string]string `mapstructure:"settings"`
 }
 
 // Log selects the level and format of every process's log.
@@ -91,7 +122,14 @@ var ObjectStoreTypes = []string{"fs", "s3", "gcs", "azure"}
 // the embedded single-machine cluster under ./.strata.
 func Default() Config {
 	return Config{
-		Cluster: Cluster{DataDir: ".strata"},
+		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676},
+		Compute: Compute{
+			Port:           55432,
+			OSUser:         "postgres",
+			PGBinDir:       "/usr/lib/postgresql/15/bin",
+			FullPageWrites: true,
+			SharedBuffers:  "128MB",
+		},
 		Log:     Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",
@@ -130,6 +168,27 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Cluster.DataDir == "" {
 		errs = append(errs, errors.New("cluster.data_dir: required"))
+	}
+	if c.Cluster.Safekeepers < 1 || c.Cluster.Safekeepers > 9 {
+		errs = append(errs, fmt.Errorf("cluster.safekeepers: %d: want 1 to 9", c.Cluster.Safekeepers))
+	} else if c.Cluster.Quorum < 1 || c.Cluster.Quorum > c.Cluster.Safekeepers {
+		errs = append(errs, fmt.Errorf("cluster.quorum: %d: want 1 to cluster.safekeepers (%d)", c.Cluster.Quorum, c.Cluster.Safekeepers))
+	} else if c.Cluster.Safekeepers >= 2 && 2*c.Cluster.Quorum <= c.Cluster.Safekeepers {
+		errs = append(errs, fmt.Errorf("cluster.quorum: %d of %d is not a majority: two computes could each commit on a different minority", c.Cluster.Quorum, c.Cluster.Safekeepers))
+	}
+	for key, p := range map[string]int{"cluster.safekeeper_port": c.Cluster.SafekeeperPort, "compute.port": c.Compute.Port} {
+		if p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %d: want 1 to 65535", key, p))
+		}
+	}
+	if c.Cluster.MetricsPort < 0 || c.Cluster.MetricsPort > 65535 {
+		errs = append(errs, fmt.Errorf("cluster.metrics_port: %d: want 0 (off) to 65535", c.Cluster.MetricsPort))
+	}
+	if c.Compute.OSUser == "" {
+		errs = append(errs, errors.New("compute.os_user: required"))
+	}
+	if c.Compute.PGBinDir == "" {
+		errs = append(errs, errors.New("compute.pg_bin_dir: required"))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratadb/strata/core/cluster"
+)
+
+func (a *app) cluster() (*cluster.Cluster, error) {
+	cfg, err := a.load()
+	if err != nil {
+		return nil, err
+	}
+	log, err := a.logger(cfg, "cluster")
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return cluster.New(cfg, self, log)
+}
+
+func progressLine(s string) { fmt.Fprintln(os.Stderr, "strata:", s) }
+
+func newUpCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "up",
+		Short: "Start the whole cluster on this machine and print its connection string",
+		Long: `Start the cluster that the config describes on this machine (the embedded
+default: three safekeepers and Postgres 15 with its WAL acknowledged by any two of
+them, state under ./.strata), wait until Postgres accepts connections and a quorum
+of safekeepers streams from it, print the postgres:// connection string on a line of
+its own on standard output, and return. The cluster runs in the background until
+'strata down'. Running 'strata up' again on a running cluster prints the string again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.cluster()
+			if err != nil {
+				return err
+			}
+			url, err := c.Up(cmd.Context(), progressLine)
+			if err != nil {
+				return err
+			}
+			fmt.Println(url)
+			return nil
+		},
+	}
+}
+
+func newDownCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop the cluster that 'strata up' started (the data stays)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.cluster()
+			if err != nil {
+				return err
+			}
+			return c.Down(cmd.Context(), progressLine)
+		},
+	}
+}
+
+func newStatusCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show each process of the cluster, its LSNs and lags",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.cluster()
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			st.Print(os.Stdout)
+			return nil
+		},
+	}
+}

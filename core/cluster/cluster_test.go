@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+)
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// consecutiveFree finds n consecutive free ports.
+func consecutiveFree(t *testing.T, n int) int {
+	t.Helper()
+	for base := 20000 + os.Getpid()%20000; base < 60000; base += n + 7 {
+		ok := true
+		for i := 0; i < n && ok; i++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(base+i)))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func buildStrata(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(t.TempDir(), "strata")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/strata")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
+	t.Helper()
+	if _, err := os.Stat("/usr/lib/postgresql/15/bin/postgres"); err != nil {
+		t.Skip("PostgreSQL 15 not installed")
+	}
+	dir, err := os.MkdirTemp("", "strata-cluster-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	cfg := config.Default()
+	cfg.Cluster.DataDir = filepath.Join(dir, "state")
+	cfg.Cluster.SafekeeperPort = consecutiveFree(t, 3)
+	cfg.Cluster.MetricsPort = 0
+	cfg.Compute.Port = freePorts(t, 1)[0]
+	cfg.Compute.SharedBuffers = "32MB"
+	cfg.ObjectStore.FS.Root = filepath.Join(dir, "objects")
+	cfgPath := filepath.Join(dir, "strata.yaml")
+	y := "cluster:\n  data_dir: " + cfg.Cluster.DataDir + "\n  safekeeper_port: " + itoa(cfg.Cluster.SafekeeperPort) +
+		"\n  metrics_port: 0\ncompute:\n  port: " + itoa(cfg.Compute.Port) + "\n  shared_buffers: 32MB\nobjectstore:\n  fs:\n    root: " + cfg.ObjectStore.FS.Root + "\n"
+	if err := os.WriteFile(cfgPath, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := config.LoadEnv(cfgPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(loaded, buildStrata(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Down(context.Background(), func(string) {})
+		os.RemoveAll(dir)
+	})
+	return c, loaded
+}
+
+func TestUpDownUpKeepsData(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(url, "postgres://") {
+		t.Fatalf("url %q", url)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int primary key, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 1000) g")
+
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streaming := 0
+	for _, p := range st.Procs {
+		if p.State == "streaming" {
+			streaming++
+		}
+		if !p.Alive {
+			t.Errorf("%s not alive", p.Name)
+		}
+	}
+	if streaming < 2 || st.CurrentLSN == 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	// A second up on a running cluster only prints the URL.
+	if url2, err := c.Up(ctx, func(string) {}); err != nil || url2 != url {
+		t.Fatalf("second up: %q %v", url2, err)
+	}
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Procs {
+		if (Proc{PID: p.PID}).Alive() && syscall.Kill(p.PID, 0) == nil {
+			t.Errorf("%s (pid %d) still running after down", p.Name, p.PID)
+		}
+	}
+	if _, err := c.Status(ctx); err != ErrNotRunning {
+		t.Fatalf("status after down: %v", err)
+	}
+	url, err = c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1000 {
+		t.Fatalf("after restart: %d rows, %v", n, err)
+	}
+}
+
+func TestCommitsNeedAQuorum(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int)")
+	st, _ := c.readState()
+	// One safekeeper down: commits go on.
+	syscall.Kill(st.Procs[0].PID, syscall.SIGKILL)
+	exec1(t, ctx, url, "INSERT INTO t VALUES (1)")
+	// Two down: a commit must not be acknowledged.
+	syscall.Kill(st.Procs[1].PID, syscall.SIGKILL)
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelShort()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(short, "INSERT INTO t VALUES (2)"); err == nil {
+		t.Fatal("a commit was acknowledged with only one safekeeper")
+	}
+}
+
+func exec1(t *testing.T, ctx context.Context, url, sql string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
