@@ -130,7 +130,7 @@ func Default() Config {
 			FullPageWrites: true,
 			SharedBuffers:  "128MB",
 		},
-		Log:     Log{Level: "info", Format: "auto"},
+		Log: Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",
 			Mode: ModeBuiltin,
