@@ -110,10 +110,12 @@ func launch(spec Spec, kind string, version int, shim goplugin.Plugin, opts Opti
 	}
 
 	plog := log.With().Str("plugin", spec.Name).Str("kind", kind).Logger()
+	cmd := exec.Command(spec.Path, spec.Args...)
+	dieWithHost(cmd)
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{version: {kind: shim}},
-		Cmd:              exec.Command(spec.Path, spec.Args...),
+		Cmd:              cmd,
 		SecureConfig:     secure,
 		AutoMTLS:         true,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},

@@ -26,6 +26,7 @@ import (
 //	log     logs a warning with a field at Configure, then as memory
 //	flaky   as memory, but Stat("flaky") fails with a transient backend error
 //	badcfg  its factory refuses every config
+//	host    not a plugin: a host running a memory plugin (see TestNoOrphanPlugin)
 const modeArg = "pluginhost-test-mode="
 
 func TestMain(m *testing.M) {
@@ -60,6 +61,17 @@ func servePluginMode(mode string) {
 		objectstore.ServePlugin(func([]byte, zerolog.Logger) (objectstore.Store, error) {
 			return flakyStore{objectstore.NewMemory()}, nil
 		})
+	case "host":
+		// Not a plugin: a host that starts the memory plugin, prints its
+		// pid, and waits to be killed.
+		spec := Spec{Name: "orphan", Path: os.Args[0], Args: []string{modeArg + "memory"}}
+		st, err := OpenObjectStore(context.Background(), spec, zerolog.Nop())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(st.PID())
+		select {}
 	case "badcfg":
 		objectstore.ServePlugin(func(cfg []byte, _ zerolog.Logger) (objectstore.Store, error) {
 			return nil, errors.New("badcfg: root is required")

@@ -1,12 +1,14 @@
 package pluginhost
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,11 +36,13 @@ func TestExampleMemoryPluginAcceptance(t *testing.T) {
 
 // TestFSPluginAcceptance runs the acceptance suite against the fs plugin
 // binary (plugins/objectstore/fs/cmd/strata-objectstore-fs), with a small
-// big object: the full size runs against the example plugin.
+// big object (the full size runs against the example plugin) and without
+// fsync (the fs package's own tests cover durability; this one covers the
+// boundary, and fsyncs on a busy disk would dominate it).
 func TestFSPluginAcceptance(t *testing.T) {
 	path, sum := buildPlugin(t, "strata-objectstore-fs")
 	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
-		cfg, _ := json.Marshal(map[string]string{"root": t.TempDir()})
+		cfg, _ := json.Marshal(map[string]any{"root": t.TempDir(), "no_sync": true})
 		return openExternal(t, Spec{Name: "fs", Path: path, SHA256: sum, ConfigJSON: cfg})
 	}, storetest.Options{StrictClose: true, BigSize: 16 << 20})
 }
@@ -439,5 +443,83 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	}
 	if gap1, gap2 := starts[1].Sub(starts[0]), starts[2].Sub(starts[1]); gap2 < 90*time.Millisecond || gap1 < 45*time.Millisecond {
 		t.Fatalf("restarts not backed off: gaps %v, %v", gap1, gap2)
+	}
+}
+
+// processGone reports whether pid no longer runs (absent or a zombie).
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesized command name.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z' || s[i+2] == 'X'
+	}
+	return false
+}
+
+// TestNoOrphanPlugin: when the host is killed with -9, its plugin dies too.
+func TestNoOrphanPlugin(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := exec.Command(exe, modeArg+"host")
+	out, err := host.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.Stderr = os.Stderr
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the plugin pid from the host: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		t.Fatalf("host printed %q", line)
+	}
+	t.Cleanup(func() {
+		if !processGone(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if processGone(pid) {
+		t.Fatalf("plugin pid %d not running before the host is killed", pid)
+	}
+	if err := host.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = host.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("plugin pid %d still runs 5s after its host was killed", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFSPluginConfigErrors: the fs plugin reports a missing root or an
+// unknown key as its own error, and the host names the plugin.
+func TestFSPluginConfigErrors(t *testing.T) {
+	path, sum := buildPlugin(t, "strata-objectstore-fs")
+	for _, tc := range []struct{ cfg, want string }{
+		{``, "required"},
+		{`null`, "required"},
+		{`{"root": "/tmp/x", "rot": 1}`, `unknown field "rot"`},
+	} {
+		_, err := OpenObjectStore(context.Background(), Spec{Name: "fs", Path: path, SHA256: sum, ConfigJSON: []byte(tc.cfg)}, testLog(t))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `objectstore plugin "fs"`) {
+			t.Errorf("config %q: got %v, want an error naming the plugin and saying %q", tc.cfg, err, tc.want)
+		}
 	}
 }

@@ -29,7 +29,7 @@ type config struct {
 
 func open(configJSON []byte, log zerolog.Logger) (objectstore.Store, error) {
 	var cfg config
-	if len(configJSON) > 0 {
+	if len(bytes.TrimSpace(configJSON)) > 0 {
 		if err := strictUnmarshal(configJSON, &cfg); err != nil {
 			return nil, fmt.Errorf("objectstore-memory: config: %w", err)
 		}

@@ -34,10 +34,11 @@ const (
 	listBatch = 1000
 )
 
-// ErrorMap is how the object store's sentinel errors cross a plugin
+// errorMap is how the object store's sentinel errors cross a plugin
 // boundary. errors.Is answers the same on both sides: a plugin's
-// ErrNotFound is ErrNotFound on the host, with the same text.
-var ErrorMap = plugin.ErrorMap{
+// ErrNotFound is ErrNotFound on the host, with the same text. It is never
+// modified.
+var errorMap = plugin.ErrorMap{
 	{Code: codes.NotFound, Sentinel: ErrNotFound},
 	{Code: codes.AlreadyExists, Sentinel: ErrExists},
 	{Code: codes.InvalidArgument, Sentinel: ErrInvalidKey},

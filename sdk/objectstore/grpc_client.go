@@ -14,7 +14,7 @@ import (
 
 // GRPCClient is the host side of the shim: a Store whose calls run in a
 // plugin process. It is safe for concurrent use. Errors come back as the
-// contract's sentinels (see ErrorMap); a broken connection to the plugin
+// contract's sentinels (see errorMap); a broken connection to the plugin
 // is ErrTransient (gRPC Unavailable). It does not notice by itself that the
 // plugin process died or restart it: core/pluginhost does.
 type GRPCClient struct {
@@ -35,7 +35,7 @@ func NewGRPCClient(conn grpc.ClientConnInterface) *GRPCClient {
 // its store. It must be called once, before any other call.
 func (c *GRPCClient) Configure(ctx context.Context, configJSON []byte) error {
 	_, err := c.rpc.Configure(ctx, &objectstorepb.ConfigureRequest{ConfigJson: configJSON})
-	return ErrorMap.FromStatus(err)
+	return errorMap.FromStatus(err)
 }
 
 // fromStatus maps an RPC error and makes sure that an error caused by the
@@ -45,9 +45,9 @@ func fromStatus(ctx context.Context, err error) error {
 		return nil
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w (%v)", cerr, ErrorMap.FromStatus(err))
+		return fmt.Errorf("%w (%v)", cerr, errorMap.FromStatus(err))
 	}
-	return ErrorMap.FromStatus(err)
+	return errorMap.FromStatus(err)
 }
 
 // Put streams r to the plugin in chunks of at most 1 MiB. If reading r
@@ -212,5 +212,5 @@ func (c *GRPCClient) Delete(ctx context.Context, key string) error {
 // (core/pluginhost does) nor close the connection.
 func (c *GRPCClient) Close() error {
 	_, err := c.rpc.Close(context.Background(), &objectstorepb.CloseRequest{})
-	return ErrorMap.FromStatus(err)
+	return errorMap.FromStatus(err)
 }

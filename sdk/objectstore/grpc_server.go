@@ -107,7 +107,7 @@ func (s *grpcServer) Put(stream grpc.ClientStreamingServer[objectstorepb.PutRequ
 	}
 	r := &putReader{stream: stream}
 	if err := st.Put(stream.Context(), string(h.GetKey()), r, PutOptions{IfNotExists: h.GetIfNotExists(), Size: h.GetSize()}); err != nil {
-		return ErrorMap.ToStatus(err)
+		return errorMap.ToStatus(err)
 	}
 	return stream.SendAndClose(&objectstorepb.PutResponse{})
 }
@@ -125,7 +125,7 @@ func (s *grpcServer) Get(req *objectstorepb.GetRequest, stream grpc.ServerStream
 		rc, err = st.Get(ctx, string(req.GetKey()))
 	}
 	if err != nil {
-		return ErrorMap.ToStatus(err)
+		return errorMap.ToStatus(err)
 	}
 	defer func() { _ = rc.Close() }()
 	bp := s.bufs.Get().(*[]byte)
@@ -147,7 +147,7 @@ func (s *grpcServer) Get(req *objectstorepb.GetRequest, stream grpc.ServerStream
 		case errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF):
 			return nil
 		default:
-			return ErrorMap.ToStatus(rerr)
+			return errorMap.ToStatus(rerr)
 		}
 	}
 }
@@ -159,7 +159,7 @@ func (s *grpcServer) Stat(ctx context.Context, req *objectstorepb.StatRequest) (
 	}
 	oi, err := st.Stat(ctx, string(req.GetKey()))
 	if err != nil {
-		return nil, ErrorMap.ToStatus(err)
+		return nil, errorMap.ToStatus(err)
 	}
 	return &objectstorepb.StatResponse{Info: infoToProto(oi)}, nil
 }
@@ -188,7 +188,7 @@ func (s *grpcServer) List(req *objectstorepb.ListRequest, stream grpc.ServerStre
 	if err == nil {
 		err = flush()
 	}
-	return ErrorMap.ToStatus(err)
+	return errorMap.ToStatus(err)
 }
 
 func (s *grpcServer) Delete(ctx context.Context, req *objectstorepb.DeleteRequest) (*objectstorepb.DeleteResponse, error) {
@@ -197,7 +197,7 @@ func (s *grpcServer) Delete(ctx context.Context, req *objectstorepb.DeleteReques
 		return nil, err
 	}
 	if err := st.Delete(ctx, string(req.GetKey())); err != nil {
-		return nil, ErrorMap.ToStatus(err)
+		return nil, errorMap.ToStatus(err)
 	}
 	return &objectstorepb.DeleteResponse{}, nil
 }
@@ -208,7 +208,7 @@ func (s *grpcServer) Close(context.Context, *objectstorepb.CloseRequest) (*objec
 		return nil, err
 	}
 	if err := st.Close(); err != nil {
-		return nil, ErrorMap.ToStatus(err)
+		return nil, errorMap.ToStatus(err)
 	}
 	return &objectstorepb.CloseResponse{}, nil
 }

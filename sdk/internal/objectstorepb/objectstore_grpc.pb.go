@@ -3,8 +3,8 @@
 // read that file for the semantics of every call. Go code never uses these
 // types outside the shim in sdk/objectstore/grpc*.go.
 //
-// Errors travel as gRPC status codes (see sdk/plugin.ErrorMap and
-// sdk/objectstore.ErrorMap): NotFound, AlreadyExists, InvalidArgument,
+// Errors travel as gRPC status codes (see sdk/plugin.ErrorMap and errorMap
+// in sdk/objectstore/grpc.go): NotFound, AlreadyExists, InvalidArgument,
 // OutOfRange, Unavailable (transient), Canceled, DeadlineExceeded,
 // FailedPrecondition (store closed), with the error text as the message.
 //

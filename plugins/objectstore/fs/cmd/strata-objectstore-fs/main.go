@@ -25,6 +25,9 @@ import (
 
 func open(configJSON []byte, log zerolog.Logger) (objectstore.Store, error) {
 	var cfg fs.Config
+	if len(bytes.TrimSpace(configJSON)) == 0 {
+		configJSON = []byte("{}") // no section: fs.New says what is missing
+	}
 	dec := json.NewDecoder(bytes.NewReader(configJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
