@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -294,37 +295,131 @@ func (t *Timeline) Compact(ctx context.Context, force bool) error {
 	if len(l0) < 2 || (!force && len(l0) < t.opts.CompactionThreshold) {
 		return nil
 	}
-	var all []layer.Version
 	lsnStart, lsnEnd := ^pg.LSN(0), pg.LSN(0)
+	var rs []*layer.Reader
+	released := false
+	releaseAll := func() {
+		if !released {
+			for _, h := range l0[:len(rs)] {
+				h.release()
+			}
+			released = true
+		}
+	}
+	defer releaseAll()
 	for _, h := range l0 {
 		r, err := h.acquire(ctx)
 		if err != nil {
 			return err
 		}
-		for i := 0; i < r.Len(); i++ {
-			v, err := r.Version(r.Entry(i))
-			if err != nil {
-				h.release()
-				return err
-			}
-			all = append(all, v)
-		}
-		h.release()
+		rs = append(rs, r)
 		lsnStart, lsnEnd = min(lsnStart, h.desc.LSNStart), max(lsnEnd, h.desc.LSNEnd)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Before(&all[j]) })
-	all = dropHidden(all, cutoff)
-	descs, err := layer.WriteFiles(t.dir, layer.DeltaLayer, all, t.opts.LayerTargetSize, lsnStart, lsnEnd)
+	// K-way merge of the inputs, one key's versions at a time, into files
+	// rolled at the target size.
+	iw := &imageWriter{t: t, kind: layer.DeltaLayer, tight: true, lsn: lsnStart, lsnEnd: lsnEnd}
+	var hs []*handle
+	var group []layer.Version
+	flushGroup := func() error {
+		for _, v := range dropHidden(group, cutoff) {
+			if err := iw.add(&v); err != nil {
+				return err
+			}
+		}
+		group = group[:0]
+		if iw.w != nil && iw.w.Size() >= t.opts.LayerTargetSize {
+			h, err := iw.finish(keyspace.MaxKey)
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
+		return nil
+	}
+	err := mergeReaders(rs, func(v layer.Version) error {
+		if len(group) > 0 && group[0].Key != v.Key {
+			if err := flushGroup(); err != nil {
+				return err
+			}
+		}
+		group = append(group, v)
+		return nil
+	})
+	if err == nil && len(group) > 0 {
+		err = flushGroup()
+	}
+	if err == nil && iw.w != nil {
+		var h *handle
+		if h, err = iw.finish(keyspace.MaxKey); err == nil {
+			hs = append(hs, h)
+		}
+	}
+	releaseAll() // replaceLayers takes the inputs' locks to delete them
 	if err != nil {
+		iw.abort()
+		for _, h := range hs {
+			h.remove()
+		}
 		return fmt.Errorf("timeline: compaction: %w", err)
 	}
-	var hs []*handle
-	for _, d := range descs {
-		d.Level = 1
-		hs = append(hs, t.newHandle(d))
+	for _, h := range hs {
+		h.desc.Level = 1
 	}
 	t.log.Debug().Int("inputs", len(l0)).Int("outputs", len(hs)).Msg("compacted L0")
 	return t.replaceLayers(l0, hs)
+}
+
+// mergeReaders calls fn with every version of rs in (Key, LSN, Seq) order.
+func mergeReaders(rs []*layer.Reader, fn func(layer.Version) error) error {
+	pos := make([]int, len(rs))
+	h := &entryHeap{}
+	for i, r := range rs {
+		if r.Len() > 0 {
+			heap.Push(h, heapItem{e: r.Entry(0), src: i})
+		}
+	}
+	for h.Len() > 0 {
+		it := heap.Pop(h).(heapItem)
+		v, err := rs[it.src].Version(it.e)
+		if err != nil {
+			return err
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+		pos[it.src]++
+		if pos[it.src] < rs[it.src].Len() {
+			heap.Push(h, heapItem{e: rs[it.src].Entry(pos[it.src]), src: it.src})
+		}
+	}
+	return nil
+}
+
+type heapItem struct {
+	e   layer.Entry
+	src int
+}
+
+type entryHeap []heapItem
+
+func (h entryHeap) Len() int { return len(h) }
+func (h entryHeap) Less(i, j int) bool {
+	a, b := h[i].e, h[j].e
+	if c := a.Key.Compare(b.Key); c != 0 {
+		return c < 0
+	}
+	if a.LSN != b.LSN {
+		return a.LSN < b.LSN
+	}
+	return a.Seq < b.Seq
+}
+func (h entryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *entryHeap) Push(x any)   { *h = append(*h, x.(heapItem)) }
+func (h *entryHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
 }
 
 // dropHidden removes duplicates and, per key, the versions older than the
@@ -376,7 +471,11 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	t.mu.Lock()
 	imgSeq := t.seq.Add(1)
 	t.mu.Unlock()
-	var vs []layer.Version
+	// Stream: one key materialized at a time, files rolled over at the
+	// target size at a key boundary; declared ranges tile the key space.
+	var hs []*handle
+	iw := &imageWriter{t: t, lsn: lsn}
+	nkeys := 0
 	err := t.ScanKeys(ctx, keyspace.All, lsn, func(k keyspace.Key) error {
 		cs, _, err := t.collect(ctx, k, lsn)
 		if err != nil {
@@ -389,34 +488,109 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 		if err != nil {
 			return err
 		}
-		vs = append(vs, layer.Version{Key: k, LSN: lsn, Seq: imgSeq, Kind: layer.Image, Data: d})
-		return nil
+		nkeys++
+		if iw.w != nil && iw.w.Size() >= t.opts.LayerTargetSize {
+			h, err := iw.finish(k)
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
+		return iw.add(&layer.Version{Key: k, LSN: lsn, Seq: imgSeq, Kind: layer.Image, Data: d})
 	})
+	if err == nil {
+		var h *handle
+		if h, err = iw.finish(keyspace.MaxKey); err == nil {
+			hs = append(hs, h)
+		}
+	}
+	if err != nil {
+		iw.abort()
+		for _, h := range hs {
+			h.remove()
+		}
+		return err
+	}
+	t.log.Debug().Int("keys", nkeys).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
+	return t.replaceLayers(nil, hs)
+}
+
+// imageWriter writes layer files one after the other (image layers; and
+// with tight set, compaction output whose ranges are exactly their keys).
+type imageWriter struct {
+	t      *Timeline
+	lsn    pg.LSN // image LSN; for deltas lsnEnd > 0 gives the range
+	lsnEnd pg.LSN
+	kind   layer.FileKind
+	tight  bool
+	start  keyspace.Key
+	last   keyspace.Key
+	f      *os.File
+	w      *layer.Writer
+}
+
+func (iw *imageWriter) open() error {
+	if iw.w != nil {
+		return nil
+	}
+	f, err := os.CreateTemp(iw.t.dir, "tmp-layer-*")
 	if err != nil {
 		return err
 	}
-	// Split into files at key boundaries; declared ranges tile the key space.
-	var hs []*handle
-	start := keyspace.Key{}
-	for i := 0; i < len(vs) || len(hs) == 0; {
-		j, size := i, int64(0)
-		for j < len(vs) && (j == i || size < t.opts.LayerTargetSize) {
-			size += int64(len(vs[j].Data))
-			j++
-		}
-		end := keyspace.MaxKey
-		if j < len(vs) {
-			end = vs[j].Key
-		}
-		d, err := layer.WriteFile(t.dir, layer.ImageLayer, vs[i:j], keyspace.Range{Start: start, End: end}, lsn, lsn+1)
-		if err != nil {
-			return err
-		}
-		hs = append(hs, t.newHandle(d))
-		start, i = end, j
+	kind := iw.kind
+	if kind == 0 {
+		kind = layer.ImageLayer
 	}
-	t.log.Debug().Int("keys", len(vs)).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
-	return t.replaceLayers(nil, hs)
+	iw.f, iw.w = f, layer.NewWriter(f, kind)
+	return nil
+}
+
+func (iw *imageWriter) add(v *layer.Version) error {
+	if err := iw.open(); err != nil {
+		return err
+	}
+	if iw.tight && iw.w.Count() == 0 {
+		iw.start = v.Key
+	}
+	iw.last = v.Key
+	return iw.w.Add(v)
+}
+
+// finish closes the current file, declaring its range [start, end).
+func (iw *imageWriter) finish(end keyspace.Key) (*handle, error) {
+	if err := iw.open(); err != nil { // an empty file: no keys in [start, end)
+		return nil, err
+	}
+	lo, hi := iw.lsn, iw.lsn+1
+	if iw.lsnEnd > 0 {
+		hi = iw.lsnEnd
+	}
+	if iw.tight {
+		end = iw.last.Next()
+	}
+	d, err := iw.w.Finish(keyspace.Range{Start: iw.start, End: end}, lo, hi)
+	if err == nil {
+		err = iw.f.Sync()
+	}
+	if err == nil {
+		d.Name = layer.NewName(d.Kind, d.Keys, d.LSNStart, d.LSNEnd)
+		err = os.Rename(iw.f.Name(), filepath.Join(iw.t.dir, d.Name))
+	}
+	iw.f.Close()
+	if err != nil {
+		os.Remove(iw.f.Name())
+		iw.f, iw.w = nil, nil
+		return nil, err
+	}
+	iw.f, iw.w, iw.start = nil, nil, end
+	return iw.t.newHandle(d), nil
+}
+
+func (iw *imageWriter) abort() {
+	if iw.f != nil {
+		iw.f.Close()
+		os.Remove(iw.f.Name())
+	}
 }
 
 // SetRetainLSNs tells the timeline which LSNs its children branch at; GC
