@@ -114,9 +114,13 @@ func Page(key pg.PageKey, version uint32) []byte {
 	p[12] = byte(key.Fork)
 	binary.LittleEndian.PutUint32(p[16:], key.Block)
 	binary.LittleEndian.PutUint32(p[20:], version)
-	r := rand.New(rand.NewPCG(uint64(key.Rel)<<32|uint64(key.Block), uint64(version)<<8|uint64(key.Fork)^uint64(key.DB)<<40))
+	x := uint64(key.Rel)<<32 | uint64(key.Block)
+	x ^= (uint64(version)<<8 | uint64(key.Fork) | uint64(key.DB)<<40 | uint64(key.Spc)<<20) * 0x9E3779B97F4A7C15
 	for i := 24; i+8 <= len(p); i += 8 {
-		binary.LittleEndian.PutUint64(p[i:], r.Uint64())
+		x += 0x9E3779B97F4A7C15 // splitmix64
+		z := (x ^ x>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		binary.LittleEndian.PutUint64(p[i:], z^z>>31)
 	}
 	return p
 }
@@ -308,26 +312,25 @@ func (s *suite) evictionBound(t *testing.T) {
 	units := 4 * s.o.MinUnits
 	c := s.openCache(t, units)
 	capPages := int64(units) * s.o.Unit / pg.BlockSize
-	n := int(capPages)*4 + 50
-	var last pg.PageKey
+	n := units*4 + 50
+	// Blocks 3 units apart and 1 page in: each page is alone in its unit.
+	k := func(i int) pg.PageKey { return key(uint32(1000+i%7), uint32(i*3*s.o.UnitPages+1)) }
 	for i := 0; i < n; i++ {
-		// Spread over relations so that units fill partly, too.
-		last = key(uint32(1000+i%7), uint32(i))
-		mustPut(t, c, last, uint32(i), 0)
+		mustPut(t, c, k(i), uint32(i), 0)
 		checkBound(t, c)
 	}
-	wantVersion(t, c, last, uint32(n-1))
+	wantVersion(t, c, k(n-1), uint32(n-1))
 	hits := int64(0)
 	for i := 0; i < n; i++ {
-		if v, hit := get(t, c, key(uint32(1000+i%7), uint32(i))); hit {
+		if v, hit := get(t, c, k(i)); hit {
 			if v != uint32(i) {
 				t.Fatalf("block %d: version %d", i, v)
 			}
 			hits++
 		}
 	}
-	if hits > capPages {
-		t.Fatalf("%d pages hit, capacity is %d pages", hits, capPages)
+	if hits > capPages || hits > int64(units) {
+		t.Fatalf("%d pages hit, one per unit, capacity is %d units of %d pages", hits, units, s.o.UnitPages)
 	}
 	st := checkBound(t, c)
 	if st.Evictions == 0 {
@@ -401,10 +404,11 @@ func (s *suite) invalidateRel(t *testing.T) {
 func (s *suite) resize(t *testing.T) {
 	units := 8 * s.o.MinUnits
 	c := s.openCache(t, units)
-	capPages := int(int64(units) * s.o.Unit / pg.BlockSize)
+	capPages := units // one page per unit below
+	k := func(i int) pg.PageKey { return key(20, uint32(i*s.o.UnitPages)) }
 	fill := func(n int, v uint32) {
 		for i := 0; i < n; i++ {
-			mustPut(t, c, key(20, uint32(i)), v, 0)
+			mustPut(t, c, k(i), v, 0)
 		}
 	}
 	fill(capPages, 1)
@@ -418,18 +422,18 @@ func (s *suite) resize(t *testing.T) {
 	}
 	kept := 0
 	for i := 0; i < capPages; i++ {
-		if v, hit := get(t, c, key(20, uint32(i))); hit {
+		if v, hit := get(t, c, k(i)); hit {
 			if v != 1 {
 				t.Fatalf("version %d after shrink", v)
 			}
 			kept++
 		}
 	}
-	if int64(kept)*pg.BlockSize > small {
+	if int64(kept)*pg.BlockSize > small || kept > s.o.MinUnits {
 		t.Fatalf("%d pages kept after shrinking to %d bytes", kept, small)
 	}
 	// Grow again: the cache takes a full load without dropping the new pages.
-	big := int64(s.o.MinUnits*s.unitsFor(2*capPages)) * s.o.Unit
+	big := int64(s.o.MinUnits*2*capPages) * s.o.Unit
 	if err := c.Resize(big); err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +446,7 @@ func (s *suite) resize(t *testing.T) {
 		t.Fatalf("%d evictions filling a grown cache exactly", st.Evictions-before)
 	}
 	for i := 0; i < 2*capPages; i++ {
-		wantVersion(t, c, key(20, uint32(i)), 2)
+		wantVersion(t, c, k(i), 2)
 	}
 }
 
@@ -467,15 +471,18 @@ func (s *suite) zeroCapacity(t *testing.T) {
 
 // concurrent runs readers and writers over a small key space while one
 // goroutine resizes the cache down and up. Every hit must be an exact page
-// of the key asked for, at a version not older than the newest version put
-// with a higher LSN... (versions only grow, and a Get that follows a
-// completed Put of version v by the same goroutine sees >= v or a miss).
+// of the key asked for, and never older than a completed Put at a higher LSN.
 func (s *suite) concurrent(t *testing.T) {
 	units := 4 * s.o.MinUnits
 	c := s.openCache(t, units)
 	const nkeys = 512
 	const workers = 8
-	var version [nkeys]atomic.Uint32
+	// Keys below nkeys/2 are never invalidated: a hit on one must not be
+	// older than the newest version whose Put completed before the Get
+	// began (Puts carry lsn = version, so older fills are stale). Keys
+	// above are also invalidated (which forgets the LSN), so a hit there is
+	// only checked for exact bytes.
+	var next, done [nkeys]atomic.Uint32
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errc := make(chan error, workers+1)
@@ -491,7 +498,7 @@ func (s *suite) concurrent(t *testing.T) {
 				k := keyOf(i)
 				switch op := r.IntN(10); {
 				case op < 6:
-					floor := version[i].Load()
+					floor := done[i].Load()
 					hit, err := c.Get(k, dst)
 					if err != nil {
 						errc <- err
@@ -503,18 +510,22 @@ func (s *suite) concurrent(t *testing.T) {
 							errc <- err
 							return
 						}
-						// Puts carry lsn = version, so a hit is never
-						// older than what was stored before the Get began.
-						if v < floor {
-							errc <- fmt.Errorf("%v: version %d after %d was put", k, v, floor)
+						if i < nkeys/2 && v < floor {
+							errc <- fmt.Errorf("%v: version %d after the Put of %d completed", k, v, floor)
 							return
 						}
 					}
-				case op < 9:
-					v := version[i].Add(1)
+				case op < 9 || i < nkeys/2:
+					v := next[i].Add(1)
 					if err := c.Put(k, Page(k, v), pg.LSN(v)); err != nil {
 						errc <- err
 						return
+					}
+					for {
+						d := done[i].Load()
+						if d >= v || done[i].CompareAndSwap(d, v) {
+							break
+						}
 					}
 				default:
 					if err := c.Invalidate(k); err != nil {
