@@ -20,6 +20,7 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"cloud.google.com/go/storage"
 	"github.com/rs/zerolog"
@@ -236,7 +237,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(objectstore.Obj
 	if s.closed.Load() {
 		return objectstore.ErrClosed
 	}
-	q := &storage.Query{Prefix: s.prefix + prefix}
+	q := &storage.Query{Prefix: s.prefix + listPrefix(prefix)}
 	if err := q.SetAttrSelection([]string{"Name", "Size", "Updated"}); err != nil {
 		return fmt.Errorf("gcs list: %w", err)
 	}
@@ -250,8 +251,8 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(objectstore.Obj
 			return s.mapErr(ctx, "list", prefix, err)
 		}
 		key, ok := strings.CutPrefix(a.Name, s.prefix)
-		if !ok || objectstore.ValidateKey(key) != nil {
-			continue // not one of ours
+		if !ok || objectstore.ValidateKey(key) != nil || !strings.HasPrefix(key, prefix) {
+			continue // not one of ours, or cut off by listPrefix
 		}
 		if err := fn(objectstore.ObjectInfo{Key: key, Size: a.Size, ModTime: a.Updated}); err != nil {
 			return err
@@ -278,4 +279,16 @@ func (s *Store) Close() error {
 		return objectstore.ErrClosed
 	}
 	return s.client.Close()
+}
+
+// listPrefix returns the part of prefix that can be sent to the service:
+// keys are valid UTF-8, so a prefix that ends in a partial rune is cut back
+// to the last whole one (the service may reject invalid UTF-8), and List
+// filters with the full prefix.
+func listPrefix(prefix string) string {
+	for len(prefix) > 0 && !utf8.ValidString(prefix) {
+		_, size := utf8.DecodeLastRuneInString(prefix)
+		prefix = prefix[:len(prefix)-size]
+	}
+	return prefix
 }

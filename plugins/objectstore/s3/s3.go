@@ -20,6 +20,7 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -320,7 +321,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(objectstore.Obj
 	}
 	p := awss3.NewListObjectsV2Paginator(s.client, &awss3.ListObjectsV2Input{
 		Bucket: aws.String(s.cfg.Bucket),
-		Prefix: aws.String(s.prefix + prefix),
+		Prefix: aws.String(s.prefix + listPrefix(prefix)),
 	})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -329,8 +330,8 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(objectstore.Obj
 		}
 		for _, o := range page.Contents {
 			key, ok := strings.CutPrefix(aws.ToString(o.Key), s.prefix)
-			if !ok || objectstore.ValidateKey(key) != nil {
-				continue // not one of ours (a stray object under the prefix)
+			if !ok || objectstore.ValidateKey(key) != nil || !strings.HasPrefix(key, prefix) {
+				continue // not one of ours, or cut off by listPrefix
 			}
 			err := fn(objectstore.ObjectInfo{
 				Key:     key,
@@ -384,4 +385,16 @@ func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 		ev = l.log.Warn()
 	}
 	ev.Msgf("aws sdk: "+format, v...)
+}
+
+// listPrefix returns the part of prefix that can be sent to the service:
+// keys are valid UTF-8, so a prefix that ends in a partial rune is cut back
+// to the last whole one (the service may reject invalid UTF-8), and List
+// filters with the full prefix.
+func listPrefix(prefix string) string {
+	for len(prefix) > 0 && !utf8.ValidString(prefix) {
+		_, size := utf8.DecodeLastRuneInString(prefix)
+		prefix = prefix[:len(prefix)-size]
+	}
+	return prefix
 }
