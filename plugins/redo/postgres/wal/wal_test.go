@@ -2,8 +2,11 @@ package wal
 
 import (
 	"bytes"
+	"path/filepath"
+
 	"encoding/binary"
 	"errors"
+	"github.com/stratadb/strata/internal/pgtest"
 	"hash/crc32"
 	"strings"
 	"testing"
@@ -179,11 +182,66 @@ func TestPGLZ(t *testing.T) {
 	}
 }
 
+// realSeeds runs initdb (when PostgreSQL 15 is installed) and returns its
+// first WAL page, a page from the middle, and a few whole records, some
+// with full page images.
+func realSeeds(f *testing.F) [][]byte {
+	if pgtest.Available() != nil {
+		return nil
+	}
+	dir := pgtest.MkdirOwned(f, "strata-fuzz-")
+	cmd, err := pgtest.Command("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--no-sync", "-A", "trust")
+	if err != nil {
+		f.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		f.Fatalf("initdb: %v\n%s", err, out)
+	}
+	src, err := OpenDir(filepath.Join(dir, "data", "pg_wal"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer src.Close()
+	segs := src.Segments()
+	first := pg.LSN(segs[0] * src.SegmentSize())
+	var seeds [][]byte
+	for _, off := range []pg.LSN{0, 40 * PageSize} {
+		p := make([]byte, PageSize)
+		if src.ReadPage(first+off, p) == nil {
+			seeds = append(seeds, p)
+		}
+	}
+	rd := NewReader(src, first)
+	fpis, plain := 0, 0
+	for fpis < 3 || plain < 3 {
+		r, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if r.FPILen() > 0 && fpis < 3 {
+			seeds = append(seeds, append([]byte(nil), r.Raw...))
+			fpis++
+		} else if r.FPILen() == 0 && len(r.Blocks) > 0 && plain < 3 {
+			seeds = append(seeds, append([]byte(nil), r.Raw...))
+			plain++
+		}
+	}
+	if fpis == 0 {
+		f.Fatal("initdb's WAL has no full page image")
+	}
+	return seeds
+}
+
 func FuzzDecode(f *testing.F) {
 	base := pg.LSN(pg.WALSegmentSize)
-	data, _ := buildWAL(f, base, [][]byte{heapBody(10), heapBody(9000), heapBody(0)})
-	f.Add(data[:3*PageSize])
+	data, _ := buildWAL(f, base, [][]byte{heapBody(10), heapBody(100), heapBody(0)})
+	f.Add(data[:PageSize])
 	f.Add(heapBody(5))
+	// Seeds from a real segment: the WAL initdb writes. Inputs stay at one
+	// page or one record, as the fuzzing engine slows down on large inputs.
+	for _, seed := range realSeeds(f) {
+		f.Add(seed)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// As a page stream.
 		buf := append([]byte(nil), b...)
