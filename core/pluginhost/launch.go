@@ -137,6 +137,8 @@ func launch(spec Spec, kind string, version int, shim goplugin.Plugin, opts Opti
 		case strings.Contains(msg, "incompatible API version"):
 			return nil, fmt.Errorf("%w: %s: this strata speaks %s protocol version %d only (%v); rebuild the plugin against a matching strata SDK",
 				ErrVersion, what, kind, version, err)
+		case strings.Contains(msg, "Unrecognized remote plugin message"):
+			return nil, fmt.Errorf("pluginhost: %s: cannot start: it is not a strata plugin, or it wrote to stdout before the handshake: %w", what, err)
 		case strings.Contains(msg, "incompatible core API version"):
 			return nil, fmt.Errorf("%w: %s: the plugin was built with an incompatible go-plugin (%v)", ErrVersion, what, err)
 		}

@@ -128,6 +128,7 @@ func TestKillDuringGet(t *testing.T) {
 		t.Fatalf("read the whole object (%d bytes) from a killed plugin", n)
 	}
 	wantCrashError(t, "reading from a killed plugin", err, "mem", pid)
+	t.Logf("killed during Get: %v", err)
 	wantRecovered(t, st, pid)
 }
 
@@ -161,6 +162,7 @@ func TestKillDuringPut(t *testing.T) {
 		t.Fatal("the reader never killed the plugin")
 	}
 	wantCrashError(t, "Put into a killed plugin", err, "mem", r.killed)
+	t.Logf("killed during Put: %v", err)
 	wantRecovered(t, st, r.killed)
 	if _, err := st.Stat(context.Background(), "big"); !errors.Is(err, objectstore.ErrNotFound) {
 		t.Fatalf("the interrupted Put is visible after restart: %v", err)
@@ -192,6 +194,7 @@ func TestWrongChecksum(t *testing.T) {
 	if !errors.Is(err, ErrChecksum) {
 		t.Fatalf("got %v, want ErrChecksum", err)
 	}
+	t.Logf("wrong checksum: %v", err)
 	for _, want := range []string{`"fs-prod"`, spec.Path, spec.SHA256} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
@@ -218,6 +221,7 @@ func TestMissingBinary(t *testing.T) {
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("got %v, want an error matching os.ErrNotExist", err)
 	}
+	t.Logf("missing binary: %v", err)
 	for _, want := range []string{`"nope"`, path, "cannot start"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
@@ -239,6 +243,7 @@ func TestNotAPlugin(t *testing.T) {
 	if err == nil {
 		t.Fatal("a shell script started as a plugin")
 	}
+	t.Logf("not a plugin: %v", err)
 	for _, want := range []string{`"fake"`, script, "cannot start"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
@@ -254,6 +259,7 @@ func TestUnsupportedVersion(t *testing.T) {
 	if !errors.Is(err, ErrVersion) {
 		t.Fatalf("got %v, want ErrVersion", err)
 	}
+	t.Logf("unsupported version: %v", err)
 	for _, want := range []string{`"test-v99"`, "version 1", "Plugin version: 99", "rebuild"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
