@@ -97,7 +97,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	f := &FS{
 		opts:     opts,
 		be:       opts.Backend,
-		local:    NewMemory(),
+		local:    &Memory{rels: map[pg.RelTag]*memRel{}, files: map[string]*memFile{}, flat: true},
 		cache:    opts.Cache,
 		wal:      walpos.New(opts.WALSegmentSize, opts.WALStart),
 		lw:       NewLastWritten(opts.LastWrittenMax, opts.WALStart),

@@ -19,6 +19,7 @@ type Memory struct {
 	rels  map[pg.RelTag]*memRel
 	files map[string]*memFile
 	maxW  pg.LSN
+	flat  bool // no parent-folder checks (the compute's local store)
 }
 
 type memRel struct {
@@ -164,7 +165,7 @@ func (m *Memory) List(context.Context) ([]FileInfo, error) {
 
 func (m *Memory) parentOK(p string) error {
 	dir := path.Dir(p)
-	if dir == "." {
+	if dir == "." || m.flat {
 		return nil
 	}
 	if f, ok := m.files[dir]; !ok || !f.dir {
