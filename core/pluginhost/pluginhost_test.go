@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/objectstore/storetest"
@@ -527,5 +530,36 @@ func TestFSPluginConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `objectstore plugin "fs"`) {
 			t.Errorf("config %q: got %v, want an error naming the plugin and saying %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// TestMTLSRequired: the plugin's socket only talks to the host that started
+// it: a client without the host's certificate (here: no TLS at all) gets no
+// answer, while the host's own calls work.
+func TestMTLSRequired(t *testing.T) {
+	st := openExternal(t, selfSpec(t, "memory"))
+	rc := st.cur.Load().proc.client.ReattachConfig()
+	if rc == nil || rc.Addr == nil {
+		t.Fatal("no plugin address")
+	}
+	conn, err := grpc.NewClient("passthrough:///plugin",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, rc.Addr.Network(), rc.Addr.String())
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	intruder := objectstore.NewGRPCClient(conn)
+	if _, err := intruder.Stat(ctx, "k"); err == nil || errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("a client without the host's certificate reached the store: %v", err)
+	} else {
+		t.Logf("plaintext client refused: %v", err)
+	}
+	if _, err := st.Stat(context.Background(), "k"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("host Stat: %v", err)
 	}
 }
