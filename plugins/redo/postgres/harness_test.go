@@ -111,6 +111,13 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	if out, err := s.Pgbench("-c", "2", "-t", txns, "postgres"); err != nil {
 		return nil, fmt.Errorf("%v\n%s", err, out)
 	}
+	tpccTxns := 300
+	if longTests() {
+		tpccTxns = 5000
+	}
+	if err := runTPCC(t, s, tpccTxns); err != nil {
+		return nil, err
+	}
 	s.Exec("postgres", "alter system set wal_compression = 'zstd'")
 	s.Exec("postgres", "select pg_reload_conf()")
 	for _, q := range workloadSQL {
