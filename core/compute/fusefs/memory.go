@@ -101,8 +101,6 @@ func (m *Memory) WritePage(_ context.Context, key pg.PageKey, page []byte, w pg.
 	if len(page) != pg.BlockSize {
 		return fmt.Errorf("fusefs: page of %d bytes", len(page))
 	}
-	p := make([]byte, pg.BlockSize)
-	copy(p, page)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.rels[key.Tag()]
@@ -110,7 +108,11 @@ func (m *Memory) WritePage(_ context.Context, key pg.PageKey, page []byte, w pg.
 		return fmt.Errorf("%w: relation %s", ErrNotFound, key.Tag())
 	}
 	m.tag(w)
-	r.pages[key.Block] = p
+	if p, ok := r.pages[key.Block]; ok {
+		copy(p, page) // overwrite in place: readers copy under the lock
+	} else {
+		r.pages[key.Block] = append([]byte(nil), page...)
+	}
 	if key.Block >= r.nblocks {
 		r.nblocks = key.Block + 1
 	}
