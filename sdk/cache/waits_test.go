@@ -84,4 +84,3 @@ strata_wait_seconds_total{wait="lfc_read"} 0
 		t.Fatal("too many kinds accepted")
 	}
 }
-
