@@ -65,7 +65,12 @@ func (t *Timeline) Flush(ctx context.Context) error {
 func (t *Timeline) flushFrozen(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
-	for {
+	// Flush the layers frozen so far; later ones wait for the next round so
+	// that compaction, GC and upload are not starved by a busy writer.
+	t.mu.RLock()
+	n := len(t.frozen)
+	t.mu.RUnlock()
+	for ; n > 0; n-- {
 		t.mu.RLock()
 		if len(t.frozen) == 0 {
 			t.mu.RUnlock()
@@ -103,6 +108,7 @@ func (t *Timeline) flushFrozen(ctx context.Context) error {
 		}
 		t.log.Debug().Int("files", len(descs)).Int64("bytes", bytes).Msg("flushed in-memory layer")
 	}
+	return nil
 }
 
 // manifestLocked builds the manifest of the current layers. REQUIRES: t.mu.
@@ -261,7 +267,10 @@ func (t *Timeline) replaceLayers(drop []*handle, add []*handle) error {
 	t.mu.Lock()
 	t.layers = t.layers.Replace(func(h *handle) bool { return gone[h] }, add...)
 	for _, h := range drop {
-		if h.uploaded {
+		h.mu.RLock()
+		up := h.uploaded
+		h.mu.RUnlock()
+		if up {
 			t.removed = append(t.removed, h.desc.Name)
 		}
 	}
@@ -762,13 +771,16 @@ func (t *Timeline) background() {
 		case <-t.kick:
 		}
 		ctx := context.Background()
+		t0 := time.Now()
 		if err := t.CommitAdvanced(); err != nil {
 			t.log.Error().Err(err).Msg("releasing gated versions")
 		}
 		t.maybeFreeze()
+		t1 := time.Now()
 		if err := t.flushFrozen(ctx); err != nil {
 			t.log.Error().Err(err).Msg("flush")
 		}
+		t2 := time.Now()
 		if err := t.Compact(ctx, false); err != nil {
 			t.log.Error().Err(err).Msg("compaction")
 		}
@@ -777,9 +789,11 @@ func (t *Timeline) background() {
 				t.log.Error().Err(err).Msg("image layer")
 			}
 		}
+		t3 := time.Now()
 		if _, err := t.GC(ctx); err != nil {
 			t.log.Error().Err(err).Msg("gc")
 		}
+		t4 := time.Now()
 		if t.d.Remote != nil && !t.d.Now().Before(nextUpload) {
 			if err := t.Upload(ctx); err != nil {
 				backoff = min(max(2*backoff, 100*time.Millisecond), 30*time.Second)
@@ -791,6 +805,10 @@ func (t *Timeline) background() {
 		}
 		t.EvictCold()
 		t.d.Metrics.observeLayers(t)
+		if d := time.Since(t0); d > 5*time.Second {
+			t.log.Warn().Dur("commit", t1.Sub(t0)).Dur("flush", t2.Sub(t1)).Dur("compact_images", t3.Sub(t2)).
+				Dur("gc", t4.Sub(t3)).Dur("upload_evict", time.Since(t4)).Msg("slow background round")
+		}
 	}
 }
 

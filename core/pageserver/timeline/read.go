@@ -32,7 +32,10 @@ type snapshot struct {
 func (t *Timeline) snap(k keyspace.Key) snapshot {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	s := snapshot{pending: t.pendingKeys[k], layers: t.layers}
+	s := snapshot{layers: t.layers}
+	if p := t.pendingKeys[k]; len(p) > 0 {
+		s.pending = append([]layer.Version(nil), p...) // writers edit it in place
+	}
 	s.mems = append(make([]*layer.InMem, 0, 1+len(t.frozen)), t.open)
 	s.mems = append(s.mems, t.frozen...)
 	return s
