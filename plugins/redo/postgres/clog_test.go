@@ -10,34 +10,53 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// TestCLOGAgainstPostgres replays Transaction and CLOG records onto the
-// pg_xact pages copied at the start of the workload and compares them with
-// Postgres' pg_xact after the final checkpoint.
-func TestCLOGAgainstPostgres(t *testing.T) {
-	w := sharedWAL(t)
-	// pg_xact segment files hold 32 pages each and are named by segment
-	// number in hex.
-	load := func(files map[string][]byte) map[uint32][]byte {
-		out := map[uint32][]byte{}
-		for name, b := range files {
+type slruKey struct {
+	s  SLRU
+	pn uint32
+}
+
+type slruMap map[slruKey][]byte
+
+func (m slruMap) Page(s SLRU, pn uint32, zero bool) []byte {
+	k := slruKey{s, pn}
+	if zero {
+		m[k] = make([]byte, pg.BlockSize)
+	}
+	return m[k]
+}
+
+// loadSLRU splits SLRU segment files (32 pages each, named by segment
+// number in hex) into pages.
+func loadSLRU(t *testing.T, files map[SLRU]map[string][]byte) slruMap {
+	out := slruMap{}
+	for s, fs := range files {
+		for name, b := range fs {
 			seg, err := strconv.ParseUint(name, 16, 32)
 			if err != nil {
-				t.Fatalf("pg_xact file %q", name)
+				t.Fatalf("%s file %q", s, name)
 			}
-			for i := 0; i*pg.BlockSize < len(b); i++ {
-				out[uint32(seg)*32+uint32(i)] = append([]byte(nil), b[i*pg.BlockSize:(i+1)*pg.BlockSize]...)
+			for i := 0; (i+1)*pg.BlockSize <= len(b); i++ {
+				out[slruKey{s, uint32(seg)*32 + uint32(i)}] = append([]byte(nil), b[i*pg.BlockSize:(i+1)*pg.BlockSize]...)
 			}
 		}
-		return out
 	}
-	pages := load(w.XactStart)
+	return out
+}
+
+// TestSLRUAgainstPostgres replays Transaction, CLOG and MultiXact records
+// onto the pg_xact and pg_multixact pages copied at the start of the
+// workload and compares them with Postgres' files after the final
+// checkpoint.
+func TestSLRUAgainstPostgres(t *testing.T) {
+	w := sharedWAL(t)
+	pages := loadSLRU(t, w.SLRUStart)
 	src, err := wal.OpenDir(w.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer src.Close()
 	rd := wal.NewReader(src, w.Start)
-	commits, aborts, zeroed := 0, 0, 0
+	counts := map[string]int{}
 	for {
 		r, err := rd.Next()
 		if errors.Is(err, wal.ErrEndOfWAL) || (err == nil && r.EndLSN > w.End) {
@@ -46,40 +65,29 @@ func TestCLOGAgainstPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pn, ok := CLOGZeroPage(r); ok {
-			pages[pn] = make([]byte, pg.BlockSize)
-			zeroed++
+		if r.RmID != wal.RmXact && r.RmID != wal.RmCLOG && r.RmID != wal.RmMultiXact {
 			continue
 		}
-		ch, ok, err := XactStatusChange(r)
-		if err != nil {
+		if err := RedoSLRU(r, pages); err != nil {
 			t.Fatal(err)
 		}
-		if !ok {
-			continue
+		counts[RecordName(r)]++
+	}
+	want := loadSLRU(t, w.SLRUEnd)
+	perSLRU := map[SLRU]int{}
+	for k, wp := range want {
+		if !bytes.Equal(pages[k], wp) {
+			t.Errorf("%s page %d differs: %s", k.s, k.pn, firstDiff(pages[k], wp))
 		}
-		if ch.Status == XactCommitted {
-			commits++
-		} else {
-			aborts++
-		}
-		for _, x := range ch.XIDs {
-			pn := CLOGPageOf(x)
-			p, ok := pages[pn]
-			if !ok {
-				t.Fatalf("xid %d on pg_xact page %d that was never zeroed", x, pn)
-			}
-			SetXactStatus(ch, pn, p)
+		perSLRU[k.s]++
+	}
+	t.Logf("records replayed: %v; pages equal to Postgres': %v", counts, perSLRU)
+	for _, must := range []string{"Transaction/COMMIT", "Transaction/ABORT", "Transaction/COMMIT_PREPARED", "MultiXact/CREATE_ID"} {
+		if counts[must] == 0 {
+			t.Errorf("no %s record in the workload", must)
 		}
 	}
-	want := load(w.XactEnd)
-	if len(want) == 0 || commits == 0 {
-		t.Fatalf("nothing to compare (%d pages, %d commits)", len(want), commits)
+	if perSLRU[SLRUXact] == 0 || perSLRU[SLRUMultiXactOffsets] == 0 || perSLRU[SLRUMultiXactMembers] == 0 {
+		t.Errorf("some SLRU not compared: %v", perSLRU)
 	}
-	for pn, wp := range want {
-		if !bytes.Equal(pages[pn], wp) {
-			t.Errorf("pg_xact page %d differs: %s", pn, firstDiff(pages[pn], wp))
-		}
-	}
-	t.Logf("%d commits, %d aborts, %d zeroed pages replayed; %d pg_xact pages equal Postgres'", commits, aborts, zeroed, len(want))
 }

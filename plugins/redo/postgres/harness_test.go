@@ -22,8 +22,9 @@ type workloadWAL struct {
 	Dir        string // copy of the segments
 	Start, End pg.LSN
 	srv        *pgtest.Server // stopped once the first test using it ends
-	// pg_xact files (name to bytes) at Start (after a checkpoint) and at End.
-	XactStart, XactEnd map[string][]byte
+	// SLRU files (pg_xact, pg_multixact/*) at Start (after a checkpoint)
+	// and at End, by SLRU and file name.
+	SLRUStart, SLRUEnd map[SLRU]map[string][]byte
 }
 
 // tempDirs outlive single tests (the WAL copy is shared) and are removed
@@ -92,7 +93,7 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 		"shared_buffers":            "'32MB'",
 	}})
 	s.Exec("postgres", "checkpoint")
-	xactStart, err := readDirFiles(filepath.Join(s.DataDir, "pg_xact"))
+	slruStart, err := readSLRUFiles(s.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +129,11 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	s.Exec("postgres", "insert into t (n, v) select g % 50, 'again' from generate_series(1, 300) g")
 	s.Exec("postgres", "checkpoint")
 	end := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
-	xactEnd, err := readDirFiles(filepath.Join(s.DataDir, "pg_xact"))
+	slruEnd, err := readSLRUFiles(s.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	w = &workloadWAL{srv: s, XactStart: xactStart, XactEnd: xactEnd}
+	w = &workloadWAL{srv: s, SLRUStart: slruStart, SLRUEnd: slruEnd}
 	pgWal := filepath.Join(s.DataDir, "pg_wal")
 	if w.Start, err = pg.ParseLSN(start); err != nil {
 		return nil, err
@@ -436,6 +437,18 @@ func TestConsistencyAgainstPostgres(t *testing.T) {
 	if vmChecked == 0 || st.vmClears == 0 {
 		t.Errorf("VM check did not run (%d pages, %d clears)", vmChecked, st.vmClears)
 	}
+}
+
+func readSLRUFiles(datadir string) (map[SLRU]map[string][]byte, error) {
+	out := map[SLRU]map[string][]byte{}
+	for _, s := range []SLRU{SLRUXact, SLRUMultiXactOffsets, SLRUMultiXactMembers} {
+		m, err := readDirFiles(filepath.Join(datadir, s.String()))
+		if err != nil {
+			return nil, err
+		}
+		out[s] = m
+	}
+	return out, nil
 }
 
 func readDirFiles(dir string) (map[string][]byte, error) {
