@@ -16,6 +16,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // pgOnMount is a postmaster started by a test on PGDATA at the mount.
@@ -148,11 +149,28 @@ const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
 // over the same Backend, nothing in shared_buffers or the kernel) and checks
 // the data.
 func TestPostgresOnMount(t *testing.T) {
+	be := NewMemory()
+	postgresOnMount(t, be, be.MaxW)
+}
+
+// TestPostgresOnMountLocalDir is the same run over the LocalDir Backend
+// (STRATA_LONG_TESTS=1).
+func TestPostgresOnMountLocalDir(t *testing.T) {
+	if os.Getenv("STRATA_LONG_TESTS") != "1" {
+		t.Skip("STRATA_LONG_TESTS=1 not set")
+	}
+	be, err := NewLocalDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	postgresOnMount(t, be, nil)
+}
+
+func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
 	e := newEnv(t)
-	be := NewMemory()
 	fsys := e.mount(t, be, NewMemCache(4096))
 	t0 := time.Now()
 	cmd, err := pgtest.Command("initdb", "-D", e.mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust")
@@ -200,12 +218,12 @@ func TestPostgresOnMount(t *testing.T) {
 	t.Logf("before restart: accounts, sum(abalance), sum(bbalance), sum(delta), history = %s", before)
 	p.stop()
 	w := fsys.Waits()
-	t.Logf("first compute: rel reads %d, rel writes %d, GetPage %d (%v), fsync waits %d, W %v, backend max W %v",
+	t.Logf("first compute: rel reads %d, rel writes %d, GetPage %d (%v), fsync waits %d, W %v",
 		w.Count(OpRead, relpath.KindRel), w.Count(OpWrite, relpath.KindRel), w.Count(OpGetPage, relpath.KindRel),
 		w.Total(OpGetPage, relpath.KindRel).Round(time.Millisecond), w.Count(OpFsync, relpath.KindRel)+w.Count(OpFsync, relpath.KindOther),
-		fsys.WAL().Current(), be.MaxW())
-	if be.MaxW() == 0 || be.MaxW() > fsys.WAL().Current() {
-		t.Fatalf("writes tagged with W %v; WAL position %v", be.MaxW(), fsys.WAL().Current())
+		fsys.WAL().Current())
+	if maxW != nil && (maxW() == 0 || maxW() > fsys.WAL().Current()) {
+		t.Fatalf("writes tagged with W %v; WAL position %v", maxW(), fsys.WAL().Current())
 	}
 	if err := fsys.Unmount(); err != nil {
 		t.Fatal(err)
