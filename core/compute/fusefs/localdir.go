@@ -46,7 +46,9 @@ func (l *LocalDir) relFile(r pg.RelTag) string {
 	return filepath.Join(l.root, "rels", fmt.Sprintf("%d_%d_%d_%d", r.Spc, r.DB, r.Rel, r.Fork))
 }
 
-func (l *LocalDir) file(p string) string { return filepath.Join(l.root, "files", filepath.FromSlash(p)) }
+func (l *LocalDir) file(p string) string {
+	return filepath.Join(l.root, "files", filepath.FromSlash(p))
+}
 
 func (l *LocalDir) dirty(p string) {
 	l.dmu.Lock()
