@@ -160,6 +160,10 @@ func runModel(t *testing.T, seed int64, steps int) {
 	lsn := pg.LSN(100)
 	n := 0
 	maxLSN := func() pg.LSN { return lsn }
+	// released: the commit LSN at the last call that releases gated
+	// versions (Put, Ingest, CommitAdvanced); a version is durable iff its
+	// LSN is at or below it.
+	released := pg.LSN(0)
 	check := func(step int, what string) {
 		cut := tl.LSNs().GCCutoff
 		for i := 0; i < 25; i++ {
@@ -212,9 +216,11 @@ func runModel(t *testing.T, seed int64, steps int) {
 				m.add(k, lsn, n, kind, d)
 				n++
 			}
+			c := commit.CommitLSN()
 			if _, err := tl.Put(ctx, cs); err != nil {
 				t.Fatal(err)
 			}
+			released = max(released, c)
 		case op < 55: // WAL ingest with deltas (already committed)
 			what = "ingest"
 			lsn += pg.LSN(rng.Intn(50) + 1)
@@ -230,12 +236,14 @@ func runModel(t *testing.T, seed int64, steps int) {
 			if err := tl.Ingest(ctx, []Change{{Key: k, LSN: lsn, Kind: kind, Data: d}}, lsn); err != nil {
 				t.Fatal(err)
 			}
+			released = max(released, commit.CommitLSN())
 		case op < 70:
 			what = "commit"
 			commit.Set(commit.CommitLSN() + pg.LSN(rng.Intn(120)))
 			if err := tl.CommitAdvanced(); err != nil {
 				t.Fatal(err)
 			}
+			released = max(released, commit.CommitLSN())
 		case op < 78:
 			what = "flush"
 			if err := tl.Flush(ctx); err != nil {
@@ -263,6 +271,13 @@ func runModel(t *testing.T, seed int64, steps int) {
 			if err := tl.Upload(ctx); err != nil {
 				t.Fatal(err)
 			}
+		case op < 96:
+			// kill -9: the instance is abandoned without Close (no
+			// background goroutines run: NoBackground); gated versions
+			// not yet released are lost.
+			what = "crash"
+			m.forget(func(v mver) bool { return v.lsn > released })
+			tl = open()
 		case op < 98:
 			what = "restart"
 			c := commit.CommitLSN()
@@ -271,6 +286,7 @@ func runModel(t *testing.T, seed int64, steps int) {
 			}
 			// Pending versions (W above the commit LSN) are not durable.
 			m.forget(func(v mver) bool { return v.lsn > c })
+			released = max(released, c)
 			tl = open()
 		default:
 			what = "restart on empty disk"
@@ -283,6 +299,7 @@ func runModel(t *testing.T, seed int64, steps int) {
 			c := commit.CommitLSN()
 			tl.Close()
 			m.forget(func(v mver) bool { return v.lsn > c })
+			released = max(released, c)
 			dir = t.TempDir()
 			tl = open()
 		}
