@@ -28,6 +28,10 @@ type Options struct {
 	// URL is a connection string to the server; DB is the database under
 	// load (its pg_stat_database row and its sessions are sampled).
 	URL, DB string
+	// MonitorDB is the database the collector's own sessions connect to
+	// (default DB). A database of their own keeps their transactions out
+	// of the workload's counts.
+	MonitorDB string
 	// WaitInterval is the pg_stat_activity sampling period (default 10 ms);
 	// PingInterval the SELECT 1 probe period (default 100 ms).
 	WaitInterval, PingInterval time.Duration
@@ -105,8 +109,11 @@ func Start(ctx context.Context, opts Options) (*Collector, error) {
 	if opts.PingInterval <= 0 {
 		opts.PingInterval = 100 * time.Millisecond
 	}
+	if opts.MonitorDB == "" {
+		opts.MonitorDB = opts.DB
+	}
 	c := &Collector{opts: opts, waits: map[string]int64{}, ping: hdrhistogram.New(1, 60_000_000, 3)}
-	conn, err := connect(ctx, opts.URL, opts.DB, "snapshot")
+	conn, err := connect(ctx, opts.URL, opts.MonitorDB, "snapshot")
 	if err != nil {
 		return nil, fmt.Errorf("collect: %w", err)
 	}
@@ -124,12 +131,12 @@ func Start(ctx context.Context, opts Options) (*Collector, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	if !opts.NoSamplers {
-		wc, err := connect(ctx, opts.URL, opts.DB, "waits")
+		wc, err := connect(ctx, opts.URL, opts.MonitorDB, "waits")
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("collect: %w", err)
 		}
-		pc, err := connect(ctx, opts.URL, opts.DB, "ping")
+		pc, err := connect(ctx, opts.URL, opts.MonitorDB, "ping")
 		if err != nil {
 			wc.Close(context.Background())
 			cancel()
@@ -148,7 +155,7 @@ func (c *Collector) Stop(ctx context.Context) (*Result, error) {
 	c.cancel()
 	c.wg.Wait()
 	r := &Result{Duration: time.Since(c.start), Waits: c.waits, WaitTicks: c.waitTicks, Ping: c.ping, Errors: c.errs}
-	conn, err := connect(ctx, c.opts.URL, c.opts.DB, "snapshot")
+	conn, err := connect(ctx, c.opts.URL, c.opts.MonitorDB, "snapshot")
 	if err != nil {
 		return nil, fmt.Errorf("collect: %w", err)
 	}

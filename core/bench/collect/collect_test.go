@@ -58,17 +58,17 @@ Total                                        200                         10000 [
 func TestCPUDelta(t *testing.T) {
 	self := os.Getpid()
 	a := cpuSnap{total: 1000, idle: 500, cores: 2, procs: map[int]procStat{
-		100: {ppid: 1, comm: "postgres", ticks: 10},
-		101: {ppid: 100, comm: "postgres", ticks: 0},
-		200: {ppid: 1, comm: "gcc", ticks: 0},
+		100:  {ppid: 1, comm: "postgres", ticks: 10},
+		101:  {ppid: 100, comm: "postgres", ticks: 0},
+		200:  {ppid: 1, comm: "gcc", ticks: 0},
 		self: {ppid: 1, comm: "strata", ticks: 0},
 	}}
 	b := cpuSnap{total: 2000, idle: 1200, cores: 2, procs: map[int]procStat{
-		100: {ppid: 1, comm: "postgres", ticks: 60},  // +50
-		101: {ppid: 100, comm: "postgres", ticks: 100}, // +100
-		200: {ppid: 1, comm: "gcc", ticks: 150},        // +150
-		300: {ppid: 1, comm: "new", ticks: 20},         // new process: +20
-		self: {ppid: 1, comm: "strata", ticks: 30},     // +30
+		100:  {ppid: 1, comm: "postgres", ticks: 60},    // +50
+		101:  {ppid: 100, comm: "postgres", ticks: 100}, // +100
+		200:  {ppid: 1, comm: "gcc", ticks: 150},        // +150
+		300:  {ppid: 1, comm: "new", ticks: 20},         // new process: +20
+		self: {ppid: 1, comm: "strata", ticks: 30},      // +30
 	}}
 	c := cpuDelta(a, b, []int{100})
 	near := func(x, y float64) bool { return x > y-0.01 && x < y+0.01 }

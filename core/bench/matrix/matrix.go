@@ -66,8 +66,8 @@ type Matrix struct {
 	// Settings are Postgres settings; a list is an axis.
 	Settings map[string]Axis `yaml:"settings"`
 	// VirtualUsers is the axis of concurrent sessions (pgbench clients).
-	VirtualUsers Axis `yaml:"virtual_users"`
-	Warehouses   Axis `yaml:"warehouses"`
+	VirtualUsers Axis   `yaml:"virtual_users"`
+	Warehouses   Axis   `yaml:"warehouses"`
 	Duration     string `yaml:"duration"`
 	Rampup       string `yaml:"rampup"`
 	Repeats      int    `yaml:"repeats"`

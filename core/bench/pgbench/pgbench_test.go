@@ -45,4 +45,3 @@ func TestInitRun(t *testing.T) {
 		t.Fatalf("window transactions %d vs total %d", res.Transactions, h1-h0)
 	}
 }
-

@@ -122,6 +122,8 @@ func WritePNGs(dir string, d *Data) ([]string, error) {
 			p.Legend.Add(key, bc)
 		}
 		p.NominalX(names...)
+		// Room on the left of the first bar and, on the right, for the legend.
+		p.X.Min, p.X.Max = -0.7, float64(len(names))+1.2
 		path := filepath.Join(dir, fmt.Sprintf("waits-%d.png", si+1))
 		if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 			return out, err

@@ -50,8 +50,10 @@ func fmtNum(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	case v >= 10:
 		return fmt.Sprintf("%.1f", v)
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v)
 	default:
-		return fmt.Sprintf("%.2g", v)
+		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
 	}
 }
 
@@ -92,6 +94,7 @@ func legend(b *strings.Builder, names []string) {
 
 // LineChart draws lines over a shared categorical x axis (the distinct X
 // values, in order), with range whiskers and an optional horizontal rule.
+// A title ending in "(%)" gets a y axis capped at 100.
 func LineChart(id, title, xlabel, ylabel string, lines []Line, rule float64) string {
 	var b strings.Builder
 	svgOpen(&b, id, title)
@@ -109,6 +112,9 @@ func LineChart(id, title, xlabel, ylabel string, lines []Line, rule float64) str
 	}
 	sortFloats(xs)
 	ymax = niceMax(ymax * 1.05)
+	if strings.HasSuffix(title, "(%)") && ymax > 100 {
+		ymax = 100
+	}
 	axes(&b, ymax, ylabel, xlabel)
 	pw, ph := float64(chartW-padL-padR), float64(chartH-padT-padB)
 	xpos := func(x float64) float64 {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -33,6 +34,10 @@ import (
 
 // RunDB is the database each run uses, cloned from the template.
 const RunDB = "strata_bench_run"
+
+// MonitorDB is the database the collectors' sessions use, so that their
+// transactions stay out of TPM.
+const MonitorDB = "strata_bench_monitor"
 
 // CPUNoisePct is the share of the machine that other processes may use
 // before a run is flagged as noisy.
@@ -244,6 +249,23 @@ func execOn(ctx context.Context, base, db, q string) error {
 	return err
 }
 
+func ensureDatabase(ctx context.Context, base, db string) error {
+	admin, err := tpcc.Connect(ctx, base, "")
+	if err != nil {
+		return err
+	}
+	defer admin.Close(context.Background())
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", db).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
+	return err
+}
+
 func pgbenchTemplateExists(ctx context.Context, base, db string, scale int) (bool, error) {
 	admin, err := tpcc.Connect(ctx, base, "")
 	if err != nil {
@@ -306,6 +328,9 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	if err := tpcc.Clone(ctx, base, templateName(run), RunDB); err != nil {
 		return fail(err)
 	}
+	if err := ensureDatabase(ctx, base, MonitorDB); err != nil {
+		return fail(err)
+	}
 	if v, err := serverVersion(ctx, base); err == nil {
 		res.Machine["server_version"] = v
 	}
@@ -313,7 +338,7 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	var coll *collect.Collector
 	var cres *collect.Result
 	var collErr error
-	collOpts := collect.Options{URL: base, DB: RunDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
+	collOpts := collect.Options{URL: base, DB: RunDB, MonitorDB: MonitorDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
 		MetricsURL: t.MetricsURL(), Log: r.opts.Log}
 	onWindow := func() {
 		coll, collErr = collect.Start(ctx, collOpts)
@@ -338,7 +363,7 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 
 	switch run.Workload {
 	case "tpcc":
-		tr, err := tpcc.Run(ctx, tpcc.Options{Base: base, DB: RunDB, Warehouses: run.Warehouses, VUs: run.VUs,
+		tr, err := tpcc.Run(ctx, tpcc.Options{Base: base, DB: RunDB, ExcludeDB: MonitorDB, Warehouses: run.Warehouses, VUs: run.VUs,
 			Rampup: run.Rampup, Duration: run.Duration, Seed: r.opts.Seed + uint64(idx)*7 + 1, Log: r.opts.Log,
 			Interval: time.Second, BeforeWindow: beforeWindow, OnWindow: onWindow, OnWindowEnd: onWindowEnd,
 			Tick: func(l tpcc.Live) {
@@ -405,7 +430,7 @@ func fmtElapsed(el, ramp, window time.Duration) string {
 	if el < ramp {
 		return fmt.Sprintf("ramp-up %2.0f/%.0fs", el.Seconds(), ramp.Seconds())
 	}
-	return fmt.Sprintf("window %3.0f/%.0fs", (el - ramp).Seconds(), window.Seconds())
+	return fmt.Sprintf("window %3.0f/%.0fs", math.Min((el-ramp).Seconds(), window.Seconds()), window.Seconds())
 }
 
 func serverVersion(ctx context.Context, base string) (string, error) {
@@ -480,9 +505,13 @@ func fillCollected(ctx context.Context, res *results.Run, c *collect.Result, t t
 	res.Metrics["wal_bytes"] = walBytes
 	if n := res.Metrics["new_orders"]; n > 0 {
 		res.Metrics["wal_bytes_per_new_order"] = walBytes / n
+		res.Metrics["wal_records_per_new_order"] = c.Stats["wal.wal_records"] / n
+		res.Metrics["wal_fpi_per_new_order"] = c.Stats["wal.wal_fpi"] / n
 	}
 	if n := res.Metrics["xacts"]; n > 0 {
 		res.Metrics["wal_bytes_per_xact"] = walBytes / n
+		res.Metrics["wal_records_per_xact"] = c.Stats["wal.wal_records"] / n
+		res.Metrics["wal_fpi_per_xact"] = c.Stats["wal.wal_fpi"] / n
 	}
 	if rec := c.Stats["wal.wal_records"]; rec > 0 {
 		res.Metrics["fpi_per_record"] = c.Stats["wal.wal_fpi"] / rec

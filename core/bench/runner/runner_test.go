@@ -2,9 +2,9 @@ package runner
 
 import (
 	"context"
-	"sync"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"

@@ -101,12 +101,12 @@ func TestLoadRunVerify(t *testing.T) {
 		t.Fatalf("implausible result: %+v", res)
 	}
 	for _, n := range TxNames {
-		if res.Count[n] == 0 {
-			t.Errorf("no %s completed", n)
-		}
 		if res.Errors[n] != 0 {
 			t.Errorf("%d %s errors", res.Errors[n], n)
 		}
+	}
+	if res.Count["new_order"] == 0 || res.Count["payment"] == 0 {
+		t.Errorf("counts %v", res.Count)
 	}
 	// The driver's own new-order count (minus rollbacks) matches the
 	// database's, within the transactions in flight at the window edges.
@@ -121,6 +121,20 @@ func TestLoadRunVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
+	// Every transaction type, run directly (the mix may draw the rare
+	// ones seldom on a starved machine), works and keeps consistency.
+	v := &vu{home: 1, g: NewRand(99, RunConstants)}
+	for tx := Tx(0); tx < numTx; tx++ {
+		for i := 0; i < 20; i++ {
+			if _, err := v.exec(ctx, c, tx, 1); err != nil {
+				t.Fatalf("%s: %v", tx, err)
+			}
+		}
+	}
+	var delivered int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM orders WHERE o_carrier_id IS NOT NULL AND o_id > 2100").Scan(&delivered); err != nil || delivered == 0 {
+		t.Fatalf("delivery delivered nothing: %d %v", delivered, err)
+	}
 	checks, ok, err := Verify(ctx, c)
 	if err != nil {
 		t.Fatal(err)
