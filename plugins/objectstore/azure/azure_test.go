@@ -83,6 +83,7 @@ func TestAzurite(t *testing.T) {
 	t.Run("Acceptance", func(t *testing.T) { testAcceptance(t, az) })
 	t.Run("Blocks", func(t *testing.T) { testBlocks(t, az) })
 	t.Run("PrefixIsolation", func(t *testing.T) { testPrefixIsolation(t, az) })
+	t.Run("Plugin", func(t *testing.T) { testPlugin(t, az) })
 }
 
 var runs atomic.Int64
