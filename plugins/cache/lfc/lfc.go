@@ -91,17 +91,19 @@ func (e *entry) count() int64 {
 
 // partition is one lock's share of the cache. Every field is guarded by mu.
 type partition struct {
-	mu     sync.Mutex
-	id     int
-	closed bool
-	index  map[chunkKey]int32 // chunk -> handle
-	ents   []entry            // by handle
-	lsns   []pg.LSN           // by handle*ChunkPages + page in chunk
-	freeH  []int32            // free handles
-	freeS  []int32            // free local slots
-	nslots int32              // local slots owned
-	ram    [][]byte           // RAM tier: buffer by local slot (nil until used)
-	pol    policy.Policy
+	mu      sync.Mutex
+	id      int
+	closed  bool
+	index   map[chunkKey]int32 // chunk -> handle
+	ents    []entry            // by handle
+	lsns    []pg.LSN           // by handle*ChunkPages + page in chunk
+	freeH   []int32            // free handles
+	freeS   []int32            // free local slots below hwm
+	hwm     int32              // slots >= hwm (and < nslots) were never used since the last shrink
+	nslots  int32              // local slots owned
+	ram     [][]byte           // RAM tier: buffer by local slot < hwm (nil until written)
+	ramTier bool
+	pol     policy.Policy
 
 	pages                                          int64
 	hits, misses, puts, stale, evictions, invalids uint64
@@ -144,7 +146,7 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.parts = append(c.parts, &partition{id: i, index: map[chunkKey]int32{}, pol: pol})
+		c.parts = append(c.parts, &partition{id: i, index: map[chunkKey]int32{}, pol: pol, ramTier: cfg.Tier == TierRAM})
 	}
 	if cfg.Tier == TierDisk {
 		f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -338,6 +340,14 @@ func (p *partition) allocSlot() int32 {
 		p.freeS = p.freeS[:n-1]
 		return s
 	}
+	if p.hwm < p.nslots {
+		s := p.hwm
+		p.hwm++
+		if p.ramTier {
+			p.ram = append(p.ram, nil)
+		}
+		return s
+	}
 	v, ok := p.pol.Victim()
 	if !ok {
 		panic("lfc: partition full but its policy has no victim")
@@ -496,50 +506,48 @@ func (c *Cache) Resize(bytes int64) error {
 
 // REQUIRES: p.mu held.
 func (c *Cache) resizePartition(p *partition, n int32) {
+	p.pol.SetCapacity(int(n))
 	if n >= p.nslots {
-		for s := p.nslots; s < n; s++ {
-			p.freeS = append(p.freeS, s)
-		}
-		if c.file == nil {
-			p.ram = append(p.ram, make([][]byte, n-p.nslots)...)
-		}
-		p.nslots = n
-		p.pol.SetCapacity(int(n))
+		p.nslots = n // the new slots lie above hwm: free, never used
 		return
 	}
-	p.pol.SetCapacity(int(n))
 	for int32(p.pol.Len()) > n {
 		v, _ := p.pol.Victim()
 		p.evictions++
 		p.freeS = append(p.freeS, p.forget(v))
 	}
-	low := p.freeS[:0]
-	for _, s := range p.freeS {
-		if s < n {
-			low = append(low, s)
+	if p.hwm > n {
+		// Chunks may sit in slots >= n: move them into free slots below n.
+		// There are enough: at most n chunks remain.
+		low := p.freeS[:0]
+		for _, s := range p.freeS {
+			if s < n {
+				low = append(low, s)
+			}
 		}
-	}
-	for _, h := range p.index {
-		e := &p.ents[h]
-		if e.slot < n {
-			continue
+		for _, h := range p.index {
+			e := &p.ents[h]
+			if e.slot < n {
+				continue
+			}
+			to := low[len(low)-1]
+			low = low[:len(low)-1]
+			if err := c.moveSlot(p, e.slot, to); err != nil {
+				c.log.Warn().Err(err).Msg("moving a chunk while shrinking; dropping it")
+				p.pol.Remove(h)
+				p.evictions++
+				p.forget(h)
+				low = append(low, to)
+				continue
+			}
+			e.slot = to
 		}
-		to := low[len(low)-1]
-		low = low[:len(low)-1]
-		if err := c.moveSlot(p, e.slot, to); err != nil {
-			c.log.Warn().Err(err).Msg("moving a chunk while shrinking; dropping it")
-			p.pol.Remove(h)
-			p.evictions++
-			p.forget(h)
-			low = append(low, to)
-			continue
+		p.freeS = low
+		p.hwm = n
+		if c.file == nil {
+			clear(p.ram[n:])
+			p.ram = p.ram[:n:n]
 		}
-		e.slot = to
-	}
-	p.freeS = low
-	if c.file == nil {
-		clear(p.ram[n:])
-		p.ram = p.ram[:n:n]
 	}
 	p.nslots = n
 }
@@ -571,7 +579,7 @@ func (c *Cache) Stats() cache.Stats {
 		s.Evictions += p.evictions
 		s.Invalidations += p.invalids
 		s.Pages += p.pages
-		used += int64(p.nslots) - int64(len(p.freeS))
+		used += int64(p.hwm) - int64(len(p.freeS))
 		p.mu.Unlock()
 	}
 	s.UsedBytes = used * c.chunkBytes
@@ -594,7 +602,7 @@ func (c *Cache) Close() error {
 		p.closed = true
 		p.index, p.ents, p.lsns, p.ram, p.freeH = nil, nil, nil, nil, nil
 		p.freeS = p.freeS[:0]
-		p.nslots, p.pages = 0, 0
+		p.nslots, p.hwm, p.pages = 0, 0, 0
 		p.mu.Unlock()
 	}
 	c.slots.Store(0)

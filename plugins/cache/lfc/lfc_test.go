@@ -132,6 +132,9 @@ func TestMatchesReference(t *testing.T) {
 					_ = ref.InvalidateRel(k.Tag(), from)
 				}
 			}
+			if err := c.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
 			cs, rs := c.Stats(), ref.Stats()
 			if cs.Pages != rs.Pages || cs.Hits != rs.Hits || cs.StalePuts != rs.StalePuts || cs.Invalidations != rs.Invalidations {
 				t.Fatalf("stats differ:\nlfc %+v\nref %+v", cs, rs)
@@ -161,6 +164,9 @@ func TestShrinkKeepsHotPages(t *testing.T) {
 				}
 			}
 			if err := c.Resize(32 * pg.BlockSize); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.checkInvariants(); err != nil {
 				t.Fatal(err)
 			}
 			for i := 0; i < 64; i++ {
