@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,7 +76,7 @@ type FS struct {
 	relMu sync.Mutex
 	rels  map[pg.RelTag]*relState
 
-	rootMode uint32
+	rootMode atomic.Uint32
 	started  time.Time
 }
 
@@ -95,18 +96,18 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		opts.AttrTimeout = time.Second
 	}
 	f := &FS{
-		opts:     opts,
-		be:       opts.Backend,
-		local:    &Memory{rels: map[pg.RelTag]*memRel{}, files: map[string]*memFile{}, flat: true},
-		cache:    opts.Cache,
-		wal:      walpos.New(opts.WALSegmentSize, opts.WALStart),
-		lw:       NewLastWritten(opts.LastWrittenMax, opts.WALStart),
-		log:      opts.Log,
-		rels:     map[pg.RelTag]*relState{},
-		rootMode: 0o700,
-		started:  time.Now(),
-		mnt:      mountpoint,
+		opts:    opts,
+		be:      opts.Backend,
+		local:   &Memory{rels: map[pg.RelTag]*memRel{}, files: map[string]*memFile{}, flat: true},
+		cache:   opts.Cache,
+		wal:     walpos.New(opts.WALSegmentSize, opts.WALStart),
+		lw:      NewLastWritten(opts.LastWrittenMax, opts.WALStart),
+		log:     opts.Log,
+		rels:    map[pg.RelTag]*relState{},
+		started: time.Now(),
+		mnt:     mountpoint,
 	}
+	f.rootMode.Store(0o700)
 	root := &dirNode{fsys: f, path: ""}
 	to := opts.AttrTimeout
 	neg := time.Duration(0)
@@ -192,7 +193,9 @@ func (f *FS) load(ctx context.Context, root *dirNode) error {
 					return err
 				}
 			} else {
-				ch = parent.NewPersistentInode(ctx, &dirNode{fsys: f, path: fi.Path, mode: fi.Mode}, fs.StableAttr{Mode: syscall.S_IFDIR})
+				dn := &dirNode{fsys: f, path: fi.Path}
+				dn.mode.Store(fi.Mode)
+				ch = parent.NewPersistentInode(ctx, dn, fs.StableAttr{Mode: syscall.S_IFDIR})
 			}
 			parent.AddChild(name, ch, false)
 			dirs[fi.Path] = ch

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,7 +23,7 @@ type dirNode struct {
 	fs.Inode
 	fsys *FS
 	path string // fixed: folders are not renamed (EXDEV)
-	mode uint32
+	mode atomic.Uint32
 }
 
 var (
@@ -39,12 +40,12 @@ var (
 
 func (d *dirNode) perm() uint32 {
 	if d.path == "" {
-		return d.fsys.rootMode
+		return d.fsys.rootMode.Load()
 	}
-	if d.mode == 0 {
-		return 0o700
+	if m := d.mode.Load(); m != 0 {
+		return m & 0o7777
 	}
-	return d.mode & 0o7777
+	return 0o700
 }
 
 func (d *dirNode) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -57,9 +58,9 @@ func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 	if m, ok := in.GetMode(); ok {
 		// Postgres wants PGDATA at 0700 or 0750; keep the bits in memory.
 		if d.path == "" {
-			d.fsys.rootMode = m & 0o7777
+			d.fsys.rootMode.Store(m & 0o7777)
 		} else {
-			d.mode = m & 0o7777
+			d.mode.Store(m & 0o7777)
 		}
 	}
 	return d.Getattr(ctx, fh, out)
@@ -156,7 +157,8 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 		f.attr(&out.Attr, syscall.S_IFDIR|0o700, 4096)
 		return ch, 0
 	}
-	n := &dirNode{fsys: f, path: p, mode: mode & 0o7777}
+	n := &dirNode{fsys: f, path: p}
+	n.mode.Store(mode & 0o7777)
 	var ao fuse.AttrOut
 	n.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
