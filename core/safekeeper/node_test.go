@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ type cluster struct {
 	cfgs  []Config
 	mem   *objectstore.Memory
 	stop  []context.CancelFunc
-	wg    sync.WaitGroup
+	done  []chan struct{}
 }
 
 func testLogger(t *testing.T) zerolog.Logger {
@@ -40,7 +39,7 @@ func testLogger(t *testing.T) zerolog.Logger {
 }
 
 // startCluster starts Postgres with ANY 2 of three in-process safekeepers.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, tweak ...func(*Config)) *cluster {
 	c := &cluster{t: t, mem: objectstore.NewMemory()}
 	c.srv = testpg.Start(t, testpg.Options{Sync: "ANY 2 (sk1, sk2, sk3)"})
 	var addrs []string
@@ -61,9 +60,13 @@ func startCluster(t *testing.T) *cluster {
 				cfg.Peers = append(cfg.Peers, a)
 			}
 		}
+		for _, f := range tweak {
+			f(&cfg)
+		}
 		c.cfgs = append(c.cfgs, cfg)
 		c.nodes = append(c.nodes, nil)
 		c.stop = append(c.stop, nil)
+		c.done = append(c.done, nil)
 		c.start(i)
 	}
 	t.Cleanup(c.close)
@@ -75,19 +78,30 @@ func (c *cluster) start(i int) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.run(i, n)
+}
+
+// run runs node n as safekeeper i.
+func (c *cluster) run(i int, n *Node) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c.nodes[i], c.stop[i] = n, cancel
-	c.wg.Add(1)
-	go func() { defer c.wg.Done(); n.Run(ctx) }()
+	done := make(chan struct{})
+	c.nodes[i], c.stop[i], c.done[i] = n, cancel, done
+	go func() { defer close(done); n.Run(ctx) }()
+}
+
+// stopNode stops safekeeper i and waits for it.
+func (c *cluster) stopNode(i int) {
+	if c.stop[i] != nil {
+		c.stop[i]()
+		<-c.done[i]
+		c.stop[i] = nil
+	}
 }
 
 func (c *cluster) close() {
-	for _, s := range c.stop {
-		if s != nil {
-			s()
-		}
+	for i := range c.stop {
+		c.stopNode(i)
 	}
-	c.wg.Wait()
 }
 
 // waitSync waits until Postgres sees n synchronous (quorum) standbys.

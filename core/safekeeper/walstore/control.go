@@ -52,6 +52,9 @@ type Control struct {
 	// store verifies the WAL up to it and then extends it with every block
 	// whose checksum proves it durable.
 	FlushLSN pg.LSN `json:"flush_lsn"`
+	// Truncating is set while a truncation to FlushLSN is under way: the
+	// checksum entries past FlushLSN are stale and must not extend it.
+	Truncating bool `json:"truncating,omitempty"`
 	// CommitLSN is the highest LSN known to be held by a quorum.
 	CommitLSN pg.LSN `json:"commit_lsn"`
 	// ArchivedLSN: all WAL below it is in the object store.

@@ -156,7 +156,7 @@ func (s *Store) recover() error {
 			return fmt.Errorf("%w: checksum entry of block at %s says %d bytes, control file flush LSN is %s",
 				ErrCorrupt, p, e.n, s.ctl.FlushLSN)
 		}
-		if e.n == 0 {
+		if e.n == 0 || s.ctl.Truncating && p >= s.ctl.FlushLSN {
 			break
 		}
 		ok, err := s.verifyBlock(seg, p, e)
@@ -164,24 +164,37 @@ func (s *Store) recover() error {
 			return err
 		}
 		if !ok {
-			if mustHold > 0 {
-				s.corrupt[p] = true
-				s.opts.Logger.Error().Str("block", p.String()).Str("segment", SegmentName(s.ctl.Timeline, seg.no, s.segSize)).
-					Msg("walstore: WAL block does not match its checksum; it will not be served until repaired")
-			} else {
-				s.opts.Logger.Warn().Str("block", p.String()).Msg("walstore: checksum mismatch past the control file's flush LSN; treating it as the end of WAL")
-				break
-			}
+			// Entries reach the disk only after the bytes they describe
+			// (see Flush), so a mismatch is corruption, not a torn write,
+			// wherever it is.
+			s.corrupt[p] = true
+			s.opts.Logger.Error().Str("block", p.String()).Str("segment", SegmentName(s.ctl.Timeline, seg.no, s.segSize)).
+				Msg("walstore: WAL block does not match its checksum; it will not be served until repaired")
 		}
 		end = max(end, p+pg.LSN(e.n))
 		if e.n < BlockSize {
 			break
 		}
 	}
+	if s.ctl.Truncating {
+		end = s.ctl.FlushLSN
+		if err := s.truncateTailLocked(end); err != nil {
+			return err
+		}
+	}
 	s.writeLSN, s.flushLSN = end, end
 	// Forget whatever lies past the end (unacknowledged writes): zero the
 	// checksum entries after it, so that new bytes there start afresh.
-	return s.clearAfter(end)
+	if err := s.clearAfter(end); err != nil {
+		return err
+	}
+	if s.ctl.Truncating {
+		s.ctl.Truncating = false
+		if err := writeControl(s.opts.Dir, &s.ctl, s.opts.NoSync); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // clearAfter zeroes the checksum entries of blocks after the one holding end
@@ -627,53 +640,21 @@ func (s *Store) Truncate(lsn pg.LSN) error {
 		s.mu.Unlock()
 		return fmt.Errorf("walstore: truncate to %s outside [%s, %s]", lsn, s.ctl.StartLSN, s.writeLSN)
 	}
-	// Lower the flush LSN in the control file first: from then on, the
-	// entries past lsn are not trusted.
+	// Lower the flush LSN in the control file first, marked as a
+	// truncation under way: from then on, the entries past lsn are not
+	// trusted, even if a crash comes before they are cleared.
 	s.flushLSN, s.writeLSN = min(s.flushLSN, lsn), lsn
 	s.mu.Unlock()
-	if err := s.updateControlLocked(func(c *Control) { c.CommitLSN = min(c.CommitLSN, lsn) }); err != nil {
+	if err := s.updateControlLocked(func(c *Control) {
+		c.CommitLSN = min(c.CommitLSN, lsn)
+		c.Truncating = true
+	}); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	no := uint64(lsn) / s.segSize
-	if seg, err := s.openSegment(no, false); err == nil {
-		off := uint64(lsn) % s.segSize
-		blk := int(off / BlockSize)
-		in := off % BlockSize
-		buf := make([]byte, in)
-		if _, err := seg.data.ReadAt(buf, int64(off-in)); err != nil {
-			return fmt.Errorf("walstore: %w", err)
-		}
-		seg.entries[blk] = blockEntry{n: uint32(in), crc: crc32.Checksum(buf, castagnoli)}
-		if err := writeEntries(seg.side, blk, seg.entries[blk:blk+1]); err != nil {
-			return err
-		}
-		if err := s.clearAfter(lsn); err != nil {
-			return err
-		}
-		if seg.dirtyLo >= blk {
-			seg.dirtyLo = -1
-		} else if seg.dirtyLo >= 0 {
-			seg.dirtyHi = min(seg.dirtyHi, blk)
-		}
-		// Zero the bytes after lsn so the segment reads like a fresh one.
-		zero := make([]byte, s.segSize-off)
-		if _, err := seg.data.WriteAt(zero, int64(off)); err != nil {
-			return fmt.Errorf("walstore: %w", err)
-		}
-		if !s.opts.NoSync {
-			if err := datasync(seg.side); err != nil {
-				return err
-			}
-			if err := datasync(seg.data); err != nil {
-				return err
-			}
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
-	} else if err := s.clearAfter(lsn); err != nil {
-		return err
+	err := s.truncateTailLocked(lsn)
+	if err == nil {
+		err = s.clearAfter(lsn)
 	}
 	for p := range s.corrupt {
 		if p >= lsn-lsn%BlockSize {
@@ -681,6 +662,54 @@ func (s *Store) Truncate(lsn pg.LSN) error {
 		}
 	}
 	s.notify()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.updateControlLocked(func(c *Control) { c.Truncating = false })
+}
+
+// truncateTailLocked makes the block holding lsn end at lsn (checksum entry
+// recomputed, later entries of the segment zeroed, bytes after lsn zeroed).
+// REQUIRES: s.mu held.
+func (s *Store) truncateTailLocked(lsn pg.LSN) error {
+	no := uint64(lsn) / s.segSize
+	seg, err := s.openSegment(no, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	off := uint64(lsn) % s.segSize
+	blk := int(off / BlockSize)
+	in := off % BlockSize
+	buf := make([]byte, in)
+	if _, err := seg.data.ReadAt(buf, int64(off-in)); err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	seg.entries[blk] = blockEntry{n: uint32(in), crc: crc32.Checksum(buf, castagnoli)}
+	if err := writeEntries(seg.side, blk, seg.entries[blk:blk+1]); err != nil {
+		return err
+	}
+	if seg.dirtyLo >= blk {
+		seg.dirtyLo = -1
+	} else if seg.dirtyLo >= 0 {
+		seg.dirtyHi = min(seg.dirtyHi, blk)
+	}
+	// Zero the bytes after lsn so the segment reads like a fresh one.
+	zero := make([]byte, s.segSize-off)
+	if _, err := seg.data.WriteAt(zero, int64(off)); err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if !s.opts.NoSync {
+		if err := datasync(seg.side); err != nil {
+			return err
+		}
+		if err := datasync(seg.data); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
