@@ -22,10 +22,10 @@ func newWALFetchCmd() *cobra.Command {
 		archiveDir string
 	)
 	cmd := &cobra.Command{
-		Use:   "fetch SEGMENT DEST",
-		Short: "Fetch a WAL segment from the safekeepers or the archive (restore_command)",
+		Use:     "fetch SEGMENT DEST",
+		Short:   "Fetch a WAL segment from the safekeepers or the archive (restore_command)",
 		Example: `  restore_command = 'strata wal fetch %f %p --safekeepers 127.0.0.1:7676,127.0.0.1:7677 --archive-dir /var/lib/strata/objects'`,
-		Args: cobra.ExactArgs(2),
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, dest := args[0], args[1]
 			if archiveDir != "" {
