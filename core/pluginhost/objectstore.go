@@ -37,8 +37,9 @@ type ObjectStore struct {
 	sem    chan struct{} // held while (re)starting
 
 	mu          sync.Mutex
-	failures    int       // consecutive crashes or failed starts; guarded by mu
-	lastFailure time.Time // when the last one happened; guarded by mu
+	failures    int         // consecutive crashes or failed starts; guarded by mu
+	lastFailure time.Time   // when the last one happened; guarded by mu
+	anyFailures atomic.Bool // failures > 0, readable without mu
 	restarts    atomic.Int64
 }
 
@@ -53,7 +54,8 @@ type osInstance struct {
 // version and checksum, hands it spec.ConfigJSON, and returns the Store it
 // serves. A plugin that cannot start, has the wrong checksum or speaks
 // another protocol version is a clear error naming the plugin (ErrChecksum,
-// ErrVersion). Close stops the process.
+// ErrVersion). ctx bounds the Configure call; starting the process is
+// bounded by Options.StartTimeout. Close stops the process.
 func OpenObjectStore(ctx context.Context, spec Spec, log zerolog.Logger) (*ObjectStore, error) {
 	return OpenObjectStoreOptions(ctx, spec, Options{}, log)
 }
@@ -150,6 +152,7 @@ func (s *ObjectStore) failed() {
 	s.mu.Lock()
 	s.failures++
 	s.lastFailure = time.Now()
+	s.anyFailures.Store(true)
 	s.mu.Unlock()
 }
 
@@ -158,9 +161,12 @@ func (s *ObjectStore) failed() {
 // restarts the plugin, and returns an error that says so.
 func (s *ObjectStore) check(inst *osInstance, err error) error {
 	if err == nil {
-		s.mu.Lock()
-		s.failures = 0
-		s.mu.Unlock()
+		if s.anyFailures.Load() {
+			s.mu.Lock()
+			s.failures = 0
+			s.anyFailures.Store(false)
+			s.mu.Unlock()
+		}
 		return nil
 	}
 	if status.Code(err) != codes.Unavailable && !inst.proc.exited() {
