@@ -35,6 +35,9 @@ func startPG(t *testing.T, pgdata, sockDir string, port int) *pgOnMount {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its own process group, so that a crash test can kill every Postgres
+	// process it started at once, as a compute crash would.
+	cmd.SysProcAttr.Setpgid = true
 	logPath := filepath.Join(sockDir, "postgres.log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -94,6 +97,16 @@ func (p *pgOnMount) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+	p.cmd = nil
+}
+
+// crash kills the postmaster and all its children with SIGKILL.
+func (p *pgOnMount) crash() {
+	if p.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
 	p.cmd = nil
 }
 
@@ -259,4 +272,57 @@ func logWaits(t *testing.T, fsys *FS) {
 			}
 		}
 	}
+}
+
+// TestPostgresCrashOnMount kills every Postgres process in the middle of a
+// pgbench run (full_page_writes=off: pages cannot tear on the mount), then
+// starts a fresh compute over the same Backend and the kept pg_wal scratch:
+// crash recovery must leave pgbench's invariants and pg_amcheck clean
+// (STRATA_LONG_TESTS=1).
+func TestPostgresCrashOnMount(t *testing.T) {
+	if os.Getenv("STRATA_LONG_TESTS") != "1" {
+		t.Skip("STRATA_LONG_TESTS=1 not set")
+	}
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	e := newEnv(t)
+	be := NewMemory()
+	fsys := e.mount(t, be, NewMemCache(4096))
+	cmd, err := pgtest.Command("initdb", "-D", e.mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust", "--no-sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	f, err := os.OpenFile(filepath.Join(e.mnt, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("shared_buffers = 16MB\nfull_page_writes = off\ncheckpoint_timeout = 30s\n")
+	f.Close()
+	p := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
+	p.run("pgbench", "-i", "-s", "2", "postgres")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, _ := pgtest.Command("pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres", "-c", "4", "-j", "2", "-T", "30", "postgres")
+		_ = c.Run() // fails when the server dies
+	}()
+	time.Sleep(6 * time.Second)
+	p.crash()
+	<-done
+	if err := fsys.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	e.mount(t, be, NewMemCache(4096))
+	p2 := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
+	got := strings.Fields(p2.query(checkSQL))
+	if len(got) != 5 || got[0] != "200000" || got[1] != got[2] || got[1] != got[3] || got[4] == "0" {
+		t.Fatalf("after crash recovery: %v", got)
+	}
+	t.Logf("after crash recovery: accounts, sum(abalance), sum(bbalance), sum(delta), history = %v", got)
+	p2.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	p2.stop()
 }
