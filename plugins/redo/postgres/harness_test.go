@@ -99,7 +99,7 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	}
 	start := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
 	scale := "1"
-	txns := "300"
+	txns := "200"
 	if longTests() {
 		scale, txns = "5", "5000"
 	}
@@ -112,7 +112,7 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	if out, err := s.Pgbench("-c", "2", "-t", txns, "postgres"); err != nil {
 		return nil, fmt.Errorf("%v\n%s", err, out)
 	}
-	tpccTxns := 300
+	tpccTxns := 200
 	if longTests() {
 		tpccTxns = 5000
 	}
@@ -154,6 +154,25 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	ents, err := os.ReadDir(pgWal)
 	if err != nil {
 		return nil, err
+	}
+	// Relation maps (global is database 0).
+	maps, _ := filepath.Glob(filepath.Join(s.DataDir, "base", "*", "pg_filenode.map"))
+	maps = append(maps, filepath.Join(s.DataDir, "global", "pg_filenode.map"))
+	for _, f := range maps {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		db := filepath.Base(filepath.Dir(f))
+		if db == "global" {
+			db = "0"
+		}
+		if err := os.MkdirAll(filepath.Join(w.Dir, "relmap"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(w.Dir, "relmap", db), b, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	// Visibility-map forks, to check the bits heap redo clears implicitly.
 	vms, _ := filepath.Glob(filepath.Join(s.DataDir, "base", "*", "*_vm"))
@@ -217,6 +236,11 @@ var workloadSQL = []string{
 	"commit prepared 'p1'",
 	"begin; insert into t (n, v) values (6, 'prepared-abort'); prepare transaction 'p2'",
 	"rollback prepared 'p2'",
+	"vacuum full pg_class",
+	"create table vt as select g from generate_series(1, 10000) g",
+	"vacuum vt",
+	"delete from vt where g > 5000",
+	"vacuum vt",
 }
 
 type verifyStats struct {
@@ -225,6 +249,8 @@ type verifyStats struct {
 	unsupported map[string]int
 	noBase      int
 	vmClears    int
+	vmTruncates int
+	relmaps     map[[2]uint32][]byte // newest relmap file by (db, spc)
 	firstErrs   []string
 	pages       map[pg.PageKey][]byte // the last version of every page followed
 }
@@ -233,7 +259,7 @@ type verifyStats struct {
 // image from the previous version of the page and compares, after masking.
 func verify(t testing.TB, src wal.Source, start, end pg.LSN) *verifyStats {
 	t.Helper()
-	st := &verifyStats{verified: map[string]int{}, mismatches: map[string]int{}, unsupported: map[string]int{}}
+	st := &verifyStats{verified: map[string]int{}, mismatches: map[string]int{}, unsupported: map[string]int{}, relmaps: map[[2]uint32][]byte{}}
 	pages := map[pg.PageKey][]byte{}
 	rd := wal.NewReader(src, start)
 	want := make([]byte, pg.BlockSize)
@@ -251,6 +277,30 @@ func verify(t testing.TB, src wal.Source, start, end pg.LSN) *verifyStats {
 			break
 		}
 		name := RecordName(r)
+		if tr, ok, err := SMGRTruncation(r); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			vmBlocks, partial := VMBlocksAfterTruncate(tr.Blocks)
+			for key, p := range pages {
+				if key.Spc != tr.Rel.Spc || key.DB != tr.Rel.DB || key.Rel != tr.Rel.Rel {
+					continue
+				}
+				switch {
+				case key.Fork == pg.MainFork && tr.Flags&TruncateHeap != 0 && key.Block >= tr.Blocks:
+					delete(pages, key)
+				case key.Fork == pg.VMFork && tr.Flags&TruncateVM != 0 && key.Block >= vmBlocks:
+					delete(pages, key)
+				case key.Fork == pg.VMFork && tr.Flags&TruncateVM != 0 && partial && key.Block == vmBlocks-1:
+					VMTruncatePage(p, tr.Blocks)
+					st.vmTruncates++
+				}
+			}
+		}
+		if u, ok, err := RelMap(r); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			st.relmaps[[2]uint32{u.DB, u.Spc}] = append([]byte(nil), u.File...)
+		}
 		for _, c := range VMClears(r) {
 			if p, ok := pages[c.Page]; ok {
 				ApplyVMClear(c, p)
@@ -433,9 +483,26 @@ func TestConsistencyAgainstPostgres(t *testing.T) {
 		}
 		vmChecked++
 	}
-	t.Logf("%d implicit VM clears applied; %d VM pages equal to Postgres' files", st.vmClears, vmChecked)
-	if vmChecked == 0 || st.vmClears == 0 {
-		t.Errorf("VM check did not run (%d pages, %d clears)", vmChecked, st.vmClears)
+	t.Logf("%d implicit VM clears and %d VM truncations applied; %d VM pages equal to Postgres' files", st.vmClears, st.vmTruncates, vmChecked)
+	if vmChecked == 0 || st.vmClears == 0 || st.vmTruncates == 0 {
+		t.Errorf("VM check did not run (%d pages, %d clears, %d truncations)", vmChecked, st.vmClears, st.vmTruncates)
+	}
+
+	// Relation maps: the newest RelMap UPDATE per database is the file.
+	relmapChecked := 0
+	for k, file := range st.relmaps {
+		disk, err := os.ReadFile(filepath.Join(w.Dir, "relmap", fmt.Sprint(k[0])))
+		if err != nil {
+			continue // database dropped since
+		}
+		if string(disk) != string(file) {
+			t.Errorf("pg_filenode.map of database %d differs from the last RelMap UPDATE", k[0])
+		}
+		relmapChecked++
+	}
+	t.Logf("%d relation map files equal to the last RelMap UPDATE", relmapChecked)
+	if relmapChecked == 0 {
+		t.Error("no relation map compared")
 	}
 }
 
