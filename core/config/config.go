@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/stratadb/strata/plugins/objectstore/azure"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/plugins/objectstore/gcs"
 	"github.com/stratadb/strata/plugins/objectstore/s3"
@@ -95,9 +96,10 @@ type ObjectStore struct {
 	// Plugin describes the external plugin binary (Mode external only).
 	Plugin ExternalPlugin `mapstructure:"plugin"`
 
-	FS  fs.Config  `mapstructure:"fs"`
-	S3  s3.Config  `mapstructure:"s3"`
-	GCS gcs.Config `mapstructure:"gcs"`
+	FS    fs.Config    `mapstructure:"fs"`
+	S3    s3.Config    `mapstructure:"s3"`
+	GCS   gcs.Config   `mapstructure:"gcs"`
+	Azure azure.Config `mapstructure:"azure"`
 }
 
 // ExternalPlugin is how to launch and trust an external plugin binary.
@@ -241,6 +243,8 @@ func (o *ObjectStore) sectionValidate() error {
 		return o.S3.Validate()
 	case "gcs":
 		return o.GCS.Validate()
+	case "azure":
+		return o.Azure.Validate()
 	}
 	return nil
 }
@@ -255,6 +259,8 @@ func (o *ObjectStore) Section() any {
 		return o.S3
 	case "gcs":
 		return o.GCS
+	case "azure":
+		return o.Azure
 	}
 	return o.Plugin.Config
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/pluginhost"
+	"github.com/stratadb/strata/plugins/objectstore/azure"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/plugins/objectstore/gcs"
 	"github.com/stratadb/strata/plugins/objectstore/s3"
@@ -53,6 +54,8 @@ func openBuiltin(ctx context.Context, cfg config.ObjectStore, log zerolog.Logger
 		return s3.New(ctx, cfg.S3, log)
 	case "gcs":
 		return gcs.New(ctx, cfg.GCS, log)
+	case "azure":
+		return azure.New(ctx, cfg.Azure, log)
 	}
 	return nil, fmt.Errorf("objstore: no builtin object store %q", cfg.Type)
 }
