@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -201,6 +202,9 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 	}
 	if off < 0 {
 		return nil, fmt.Errorf("azure get %q: offset %d: %w", key, off, objectstore.ErrInvalidRange)
+	}
+	if length > math.MaxInt64-off {
+		length = -1 // to the end; off+length would overflow
 	}
 	if length == 0 {
 		info, err := s.Stat(ctx, key)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -182,6 +183,9 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 	}
 	if off < 0 {
 		return nil, fmt.Errorf("gcs get %q: offset %d: %w", key, off, objectstore.ErrInvalidRange)
+	}
+	if length > math.MaxInt64-off {
+		length = -1 // to the end; off+length would overflow
 	}
 	if length == 0 {
 		info, err := s.Stat(ctx, key)

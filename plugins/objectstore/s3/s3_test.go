@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -281,6 +282,16 @@ func TestPrefixIsolation(t *testing.T) {
 		}
 		if got := readAll(t, st, "k"); string(got) != st.Prefix() {
 			t.Fatalf("store %q reads %q", st.Prefix(), got)
+		}
+		// A length that would overflow off+length reads to the end.
+		rc, err := st.GetRange(ctx, "k", 1, math.MaxInt64)
+		if err != nil {
+			t.Fatalf("GetRange(k, 1, MaxInt64): %v", err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || string(got) != st.Prefix()[1:] {
+			t.Fatalf("GetRange(k, 1, MaxInt64) = %q, %v; want %q", got, err, st.Prefix()[1:])
 		}
 	}
 	var keys []string
