@@ -1,0 +1,49 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/redo"
+)
+
+// Records the engine cannot redo are reported by name, never skipped.
+func TestUnsupportedRecordsAreNamed(t *testing.T) {
+	for _, c := range []struct {
+		rm   wal.RmgrID
+		info uint8
+		name string
+	}{
+		{wal.RmHash, 0x20, "Hash/INSERT"},
+		{wal.RmGin, 0x20, "Gin/INSERT"},
+		{wal.RmGist, 0x00, "Gist/PAGE_UPDATE"},
+		{wal.RmSPGist, 0x10, "SPGist/ADD_LEAF"},
+		{wal.RmBRIN, 0x10, "BRIN/INSERT"},
+		{wal.RmGeneric, 0x00, "Generic/Generic"},
+		{wal.RmXLOG, 0x00, "XLOG/CHECKPOINT_SHUTDOWN"},
+	} {
+		r := &wal.Record{RmID: c.rm, Info: c.info, LSN: 0x1000, EndLSN: 0x1040,
+			Blocks: []wal.BlockRef{{ID: 0, Page: pg.PageKey{Spc: 1663, DB: 5, Rel: 16384}}}}
+		p := make([]byte, pg.BlockSize)
+		page(p).init(0)
+		err := RedoBlock(r, &r.Blocks[0], p, Options{})
+		if !errors.Is(err, redo.ErrUnsupported) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s: %v, want ErrUnsupported naming it", c.name, err)
+		}
+	}
+}
+
+// Malformed record data is an error, not a panic, and not ErrUnsupported.
+func TestMalformedRecordIsAnError(t *testing.T) {
+	r := &wal.Record{RmID: wal.RmHeap, Info: 0x00, LSN: 0x1000, EndLSN: 0x1040, MainData: []byte{200, 0, 0},
+		Blocks: []wal.BlockRef{{ID: 0, Page: pg.PageKey{Rel: 1}, Data: []byte{1, 0, 0, 0, 24, 9, 9}}}}
+	p := make([]byte, pg.BlockSize)
+	page(p).init(0)
+	err := RedoBlock(r, &r.Blocks[0], p, Options{})
+	if err == nil || errors.Is(err, redo.ErrUnsupported) {
+		t.Fatalf("insert at offset 200 of an empty page: %v", err)
+	}
+}
