@@ -330,8 +330,17 @@ func (n *Node) updateCommit() {
 
 // peerLoop polls the peers' flush LSNs to compute the commit LSN.
 func (n *Node) peerLoop(ctx context.Context) {
-	if len(n.peers) == 0 {
-		return
+	if len(n.cfg.Peers) == 0 {
+		// A lone safekeeper is its own quorum: commit follows flush.
+		for {
+			ch := n.st.FlushNotify()
+			n.updateCommit()
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+			}
+		}
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -692,3 +701,11 @@ func (n *Node) archiveLoop(ctx context.Context) {
 }
 
 var _ server.Backend = (*Node)(nil)
+
+// ConsumerProgress returns the progress consumer last reported.
+func (n *Node) ConsumerProgress(consumer string) (server.Feedback, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	fb, ok := n.consumers[consumer]
+	return fb, ok
+}
