@@ -86,3 +86,62 @@ func RelMap(r *wal.Record) (u RelMapUpdate, ok bool, err error) {
 	}
 	return RelMapUpdate{DB: binary.LittleEndian.Uint32(m), Spc: binary.LittleEndian.Uint32(m[4:]), File: m[12 : 12+n]}, true, nil
 }
+
+// FileOp is a file-level change a record makes: the pageserver, not page
+// redo, applies it (create a relation fork, create or drop a database).
+type FileOp struct {
+	Kind string    // "create-fork", "create-database", "drop-database"
+	Rel  pg.RelTag // create-fork: the fork created (empty)
+	DB   uint32    // databases
+	Spcs []uint32  // tablespaces of the database
+	// Copy-strategy CREATE DATABASE copies every file of SrcDB; the
+	// WAL_LOG strategy logs the new database's pages as FPIs instead.
+	SrcDB, SrcSpc uint32
+}
+
+// FileOps decodes the file-level operations of SMGR CREATE and Database
+// CREATE_FILE_COPY, CREATE_WAL_LOG and DROP records (SMGR TRUNCATE has
+// SMGRTruncation). Other records return nil.
+func FileOps(r *wal.Record) ([]FileOp, error) {
+	m := r.MainData
+	short := func() error { return fmt.Errorf("%w: %s at %s", errShort, RecordName(r), r.LSN) }
+	switch r.RmID {
+	case wal.RmSmgr:
+		if r.RmInfo() != 0x10 {
+			return nil, nil
+		}
+		if len(m) < 16 {
+			return nil, short()
+		}
+		return []FileOp{{Kind: "create-fork", Rel: pg.RelTag{Spc: binary.LittleEndian.Uint32(m), DB: binary.LittleEndian.Uint32(m[4:]),
+			Rel: binary.LittleEndian.Uint32(m[8:]), Fork: pg.ForkNumber(binary.LittleEndian.Uint32(m[12:]))}}}, nil
+	case wal.RmDatabase:
+		switch r.RmInfo() {
+		case 0x00: // CREATE_FILE_COPY
+			if len(m) < 16 {
+				return nil, short()
+			}
+			return []FileOp{{Kind: "create-database", DB: binary.LittleEndian.Uint32(m), Spcs: []uint32{binary.LittleEndian.Uint32(m[4:])},
+				SrcDB: binary.LittleEndian.Uint32(m[8:]), SrcSpc: binary.LittleEndian.Uint32(m[12:])}}, nil
+		case 0x10: // CREATE_WAL_LOG
+			if len(m) < 8 {
+				return nil, short()
+			}
+			return []FileOp{{Kind: "create-database", DB: binary.LittleEndian.Uint32(m), Spcs: []uint32{binary.LittleEndian.Uint32(m[4:])}}}, nil
+		case 0x20: // DROP
+			if len(m) < 8 {
+				return nil, short()
+			}
+			n := int(int32(binary.LittleEndian.Uint32(m[4:])))
+			if n < 0 || len(m) < 8+4*n {
+				return nil, short()
+			}
+			op := FileOp{Kind: "drop-database", DB: binary.LittleEndian.Uint32(m)}
+			for i := 0; i < n; i++ {
+				op.Spcs = append(op.Spcs, binary.LittleEndian.Uint32(m[8+4*i:]))
+			}
+			return []FileOp{op}, nil
+		}
+	}
+	return nil, nil
+}

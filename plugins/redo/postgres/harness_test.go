@@ -533,3 +533,55 @@ func readDirFiles(dir string) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// TestFileOps checks the file-level operations decoded from the workload:
+// every relation fork created is one Postgres' own pg_waldump names, and
+// the CREATE/DROP DATABASE pair appears.
+func TestFileOps(t *testing.T) {
+	w := sharedWAL(t)
+	src, err := wal.OpenDir(w.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	rd := wal.NewReader(src, w.Start)
+	kinds := map[string]int{}
+	created := map[uint32]bool{}
+	dropped := map[uint32]bool{}
+	for {
+		r, err := rd.Next()
+		if err != nil || r.EndLSN > w.End {
+			break
+		}
+		ops, err := FileOps(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			kinds[op.Kind]++
+			switch op.Kind {
+			case "create-fork":
+				if op.Rel.Rel == 0 || op.Rel.Spc != pg.DefaultTablespaceOID || op.Rel.Fork > pg.InitFork {
+					t.Errorf("odd fork created: %+v", op.Rel)
+				}
+				// The description must name the same file as pg_waldump would.
+				if d := Describe(r); d != relPath(op.Rel.Spc, op.Rel.DB, op.Rel.Rel, uint32(op.Rel.Fork)) {
+					t.Errorf("description %q for %+v", d, op.Rel)
+				}
+			case "create-database":
+				created[op.DB] = true
+			case "drop-database":
+				dropped[op.DB] = true
+			}
+		}
+	}
+	if kinds["create-fork"] < 10 || len(created) != 1 || len(dropped) != 1 {
+		t.Fatalf("file operations: %v, created %v, dropped %v", kinds, created, dropped)
+	}
+	for db := range created {
+		if !dropped[db] {
+			t.Errorf("database %d created but not dropped", db)
+		}
+	}
+	t.Logf("file operations: %v", kinds)
+}
