@@ -109,7 +109,9 @@ func wantRecovered(t *testing.T, st *ObjectStore, oldPID int) {
 func TestKillDuringGet(t *testing.T) {
 	path, sum := buildPlugin(t, "objectstore-memory")
 	st := openExternal(t, Spec{Name: "mem", Path: path, SHA256: sum})
-	const size = 64 << 20
+	// Larger than gRPC's largest flow-control window (16 MiB), so that most
+	// of it is still in the plugin when the plugin dies.
+	const size = 40 << 20
 	big := storetest.Pattern{Seed: 7}.Bytes(0, size)
 	putBytes(t, st, "big", big)
 
@@ -160,7 +162,8 @@ func TestKillDuringPut(t *testing.T) {
 	path, sum := buildPlugin(t, "objectstore-memory")
 	st := openExternal(t, Spec{Name: "mem", Path: path, SHA256: sum})
 	r := &killingReader{n: 256 << 20, after: 8 << 20, pid: st.PID}
-	err := st.Put(context.Background(), "big", r, objectstore.PutOptions{Size: 256 << 20})
+	// Size -1: the memory plugin would otherwise reserve all 256 MiB up front.
+	err := st.Put(context.Background(), "big", r, objectstore.PutOptions{Size: -1})
 	if r.killed == 0 {
 		t.Fatal("the reader never killed the plugin")
 	}
@@ -372,7 +375,7 @@ func TestFSPluginSurvivesCrash(t *testing.T) {
 	path, sum := buildPlugin(t, "strata-objectstore-fs")
 	cfg, _ := json.Marshal(map[string]string{"root": t.TempDir()})
 	st := openExternal(t, Spec{Name: "fs", Path: path, SHA256: sum, ConfigJSON: cfg})
-	const size = 48 << 20
+	const size = 40 << 20
 	data := storetest.Pattern{Seed: 9}.Bytes(0, size)
 	putBytes(t, st, "kept", data)
 	rc, err := st.GetRange(context.Background(), "kept", 0, -1)
