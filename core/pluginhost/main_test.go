@@ -53,6 +53,7 @@ func servePluginMode(mode string) {
 		})
 	case "log":
 		objectstore.ServePlugin(func(cfg []byte, log zerolog.Logger) (objectstore.Store, error) {
+			log.Debug().Msg("debug line the host must drop")
 			log.Warn().Str("answer", "forty-two").RawJSON("config", cfg).Msg("hello from the plugin")
 			fmt.Fprintln(os.Stderr, "a plain stderr line")
 			return objectstore.NewMemory(), nil

@@ -301,12 +301,13 @@ func (s *syncBuffer) String() string {
 }
 
 // TestPluginLogForwarded: a plugin's zerolog lines arrive in the host's
-// zerolog log with their level, message and fields, plus the plugin's name.
+// zerolog log with their level, message and fields, plus the plugin's name;
+// lines below the host's level are dropped.
 func TestPluginLogForwarded(t *testing.T) {
 	buf := newSyncBuffer()
 	spec := selfSpec(t, "log")
 	spec.ConfigJSON = []byte(`{"root":"/data"}`)
-	st, err := OpenObjectStore(context.Background(), spec, zerolog.New(buf).Level(zerolog.DebugLevel))
+	st, err := OpenObjectStore(context.Background(), spec, zerolog.New(buf).Level(zerolog.InfoLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,6 +339,9 @@ func TestPluginLogForwarded(t *testing.T) {
 	}
 	if cfg, _ := line["config"].(map[string]any); cfg["root"] != "/data" {
 		t.Fatalf("forwarded line lost the nested config field: %v", line)
+	}
+	if strings.Contains(buf.String(), "debug line the host must drop") {
+		t.Fatalf("a plugin Debug line passed a host logger at Info:\n%s", buf.String())
 	}
 	if plain == nil || plain["plugin"] != "test-log" {
 		t.Fatalf("a plain stderr line of the plugin did not reach the host log with the plugin's name: %v\n%s", plain, buf.String())
