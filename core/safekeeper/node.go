@@ -203,7 +203,7 @@ func (n *Node) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); f(ctx) }()
 	}
 	if n.lis != nil {
-		n.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(8 << 20))
+		n.grpcSrv = grpc.NewServer(server.ServerOptions()...)
 		server.Register(n.grpcSrv, n)
 		goFn(func(context.Context) { _ = n.grpcSrv.Serve(n.lis) })
 		n.log.Info().Str("addr", n.lis.Addr().String()).Msg("safekeeper: gRPC listening")

@@ -22,7 +22,7 @@ import (
 func longTests() bool { return os.Getenv("STRATA_LONG_TESTS") == "1" }
 
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *pgtest.Server
 	nodes []*Node
 	cfgs  []Config
@@ -31,7 +31,7 @@ type cluster struct {
 	done  []chan struct{}
 }
 
-func testLogger(t *testing.T) zerolog.Logger {
+func testLogger(t testing.TB) zerolog.Logger {
 	if os.Getenv("STRATA_TEST_LOG") == "1" {
 		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 	}
@@ -39,7 +39,7 @@ func testLogger(t *testing.T) zerolog.Logger {
 }
 
 // startCluster starts Postgres with ANY 2 of three in-process safekeepers.
-func startCluster(t *testing.T, tweak ...func(*Config)) *cluster {
+func startCluster(t testing.TB, tweak ...func(*Config)) *cluster {
 	c := &cluster{t: t, mem: objectstore.NewMemory()}
 	c.srv = testpg.Start(t, testpg.Options{Sync: "ANY 2 (sk1, sk2, sk3)"})
 	var addrs []string
@@ -105,7 +105,7 @@ func (c *cluster) close() {
 }
 
 // waitSync waits until Postgres sees n synchronous (quorum) standbys.
-func waitSync(t *testing.T, srv *pgtest.Server, n int) {
+func waitSync(t testing.TB, srv *pgtest.Server, n int) {
 	t.Helper()
 	testpg.WaitFor(t, 60*time.Second, fmt.Sprintf("%d quorum standbys", n), func() bool {
 		return srv.QueryString("postgres", "SELECT count(*)::text FROM pg_stat_replication WHERE sync_state = 'quorum'") == fmt.Sprint(n)

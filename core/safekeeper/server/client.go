@@ -25,7 +25,8 @@ type Client struct {
 // connection is made lazily).
 func Dial(addr string) (*Client, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxChunk+(1<<20))))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxChunk+(1<<20))),
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))
 	if err != nil {
 		return nil, fmt.Errorf("server: dial %s: %w", addr, err)
 	}

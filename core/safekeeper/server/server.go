@@ -79,6 +79,12 @@ type service struct {
 	b Backend
 }
 
+// ServerOptions are the gRPC server options a safekeeper uses (larger flow
+// control windows for WAL streaming).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(8 << 20), grpc.InitialWindowSize(4 << 20), grpc.InitialConnWindowSize(8 << 20)}
+}
+
 // Register adds the safekeeper service to s.
 func Register(s *grpc.Server, b Backend) { pb.RegisterSafekeeperServer(s, &service{b: b}) }
 
