@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -162,6 +164,28 @@ func TestRelationFiles(t *testing.T) {
 	}
 	if fsys.Waits().Count(OpWrite, relpath.KindRel) == 0 || fsys.Waits().Count(OpRead, relpath.KindRel) == 0 {
 		t.Fatal("reads/writes not counted")
+	}
+	reg := prometheus.NewRegistry()
+	must(fsys.Register(reg))
+	mfs, err := reg.Gather()
+	must(err)
+	var writes float64
+	for _, mf := range mfs {
+		if mf.GetName() != "strata_compute_fuse_ops_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["op"] == "write" && labels["kind"] == "rel" {
+				writes = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if writes != float64(fsys.Waits().Count(OpWrite, relpath.KindRel)) || writes < 5 {
+		t.Fatalf("exported rel writes = %v; counted %d", writes, fsys.Waits().Count(OpWrite, relpath.KindRel))
 	}
 }
 

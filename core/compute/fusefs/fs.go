@@ -27,6 +27,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/compute/relpath"
@@ -129,7 +130,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	}
 	// Build the tree before the kernel sees the mount.
 	var loadErr error
-	fopts.OnAdd = func(ctx context.Context) { loadErr = f.load(ctx, root) }
+	fopts.OnAdd = func(context.Context) { loadErr = f.load(ctx, root) }
 	server, err := fs.Mount(mountpoint, root, fopts)
 	if err != nil {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
@@ -165,6 +166,9 @@ func (f *FS) Unmount() error {
 
 // Waits returns the filesystem's operation counters.
 func (f *FS) Waits() *Waits { return &f.waits }
+
+// Register adds the filesystem's counters (Waits.Collector) to reg.
+func (f *FS) Register(reg *prometheus.Registry) error { return reg.Register(f.waits.Collector()) }
 
 // WAL returns the tracker of W.
 func (f *FS) WAL() *walpos.Tracker { return f.wal }
