@@ -9,12 +9,14 @@
 // Put), and never bytes of another key.
 //
 // This package also holds the in-memory reference implementation (NewMemory),
-// the wait accounting every tier records into (Waits), and, in cachetest, the
-// acceptance suite every implementation runs.
+// the wait accounting every tier records into (Waits), PageLSN, the Advisor
+// contract for batched sizing decisions (which may run out of process,
+// through the gRPC shim in grpc_advisor.go) and, in cachetest, the acceptance
+// suite every implementation runs.
 //
-// It is not the shared_buffers sizing logic (plugins/cache/sharedbuffers) and
-// it is not for batched, out-of-process decisions: implementations are called
-// once per page and must live in the agent's process.
+// It is not the shared_buffers sizing logic (plugins/cache/sharedbuffers).
+// A Cache is called once per page and must live in the agent's process; only
+// an Advisor may cross a process boundary.
 package cache
 
 import (
