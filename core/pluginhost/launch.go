@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +78,9 @@ func (p *process) kill() { p.client.Kill() }
 // launch starts spec's binary as a plugin of the given kind and protocol
 // version, and dispenses the kind. Errors name the plugin and the binary.
 func launch(spec Spec, kind string, version int, shim goplugin.Plugin, opts Options, log zerolog.Logger) (*process, error) {
+	if spec.Name == "" {
+		spec.Name = filepath.Base(spec.Path)
+	}
 	what := fmt.Sprintf("%s plugin %q (%s)", kind, spec.Name, spec.Path)
 	if spec.Path == "" {
 		return nil, fmt.Errorf("pluginhost: %s plugin %q: no binary path configured", kind, spec.Name)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,9 @@ func OpenObjectStore(ctx context.Context, spec Spec, log zerolog.Logger) (*Objec
 
 // OpenObjectStoreOptions is OpenObjectStore with tuning options.
 func OpenObjectStoreOptions(ctx context.Context, spec Spec, opts Options, log zerolog.Logger) (*ObjectStore, error) {
+	if spec.Name == "" {
+		spec.Name = filepath.Base(spec.Path)
+	}
 	s := &ObjectStore{spec: spec, opts: opts.withDefaults(), log: log, sem: make(chan struct{}, 1)}
 	inst, err := s.start(ctx)
 	if err != nil {

@@ -22,7 +22,8 @@ import (
 // Spec says how to run one external plugin.
 type Spec struct {
 	// Name is the plugin's name in the config (for example "fs"). It
-	// appears in every log line and error about the plugin.
+	// appears in every log line and error about the plugin (default: the
+	// binary's file name).
 	Name string
 	// Path is the plugin binary.
 	Path string
