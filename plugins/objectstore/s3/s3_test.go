@@ -35,6 +35,8 @@ func testLogger(t *testing.T) zerolog.Logger {
 	return zerolog.Nop()
 }
 
+func testLoggerB(b *testing.B) zerolog.Logger { return zerolog.Nop() }
+
 func TestConfigValidate(t *testing.T) {
 	good := s3.Config{Bucket: "b", Prefix: "strata/prod/", Endpoint: "http://127.0.0.1:9000", PathStyle: true}
 	if err := good.Validate(); err != nil {
