@@ -140,6 +140,26 @@ func TestThreeSafekeepersPgbench(t *testing.T) {
 			t.Fatalf("%s compared only %d bytes", c.cfgs[i].ID, bytes)
 		}
 	}
+	// Metrics: flush LSN gauge and the fsync histogram.
+	for i, n := range c.nodes {
+		mfs, err := n.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flushGauge float64
+		var fsyncs uint64
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "strata_safekeeper_flush_lsn":
+				flushGauge = mf.GetMetric()[0].GetGauge().GetValue()
+			case "strata_safekeeper_fsync_seconds":
+				fsyncs = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		if pg.LSN(flushGauge) < end || fsyncs == 0 {
+			t.Fatalf("%s metrics: flush_lsn %v (want >= %d), fsync count %d", c.cfgs[i].ID, flushGauge, end, fsyncs)
+		}
+	}
 	// Commit LSN: the quorum-durable position reaches the end.
 	for _, n := range c.nodes {
 		n := n
