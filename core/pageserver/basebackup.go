@@ -5,12 +5,23 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
+	"sort"
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/sdk/pg"
 )
+
+// DataDirDirs are the directories of a PostgreSQL 15 data directory that
+// must exist (possibly empty) for the server to start.
+var DataDirDirs = []string{
+	"base", "global", "pg_commit_ts", "pg_dynshmem", "pg_logical", "pg_logical/mappings",
+	"pg_logical/snapshots", "pg_multixact", "pg_multixact/members", "pg_multixact/offsets",
+	"pg_notify", "pg_replslot", "pg_serial", "pg_snapshots", "pg_stat", "pg_stat_tmp",
+	"pg_subtrans", "pg_tblspc", "pg_twophase", "pg_wal", "pg_wal/archive_status", "pg_xact",
+}
 
 // RelSegmentBlocks is the number of blocks per relation segment file (1 GiB).
 const RelSegmentBlocks = 131072
@@ -49,6 +60,36 @@ func Basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Wri
 	if err != nil {
 		return err
 	}
+	rels, err := tl.ListRels(ctx, keyspace.RelsRange, lsn)
+	if err != nil {
+		return err
+	}
+	// Directories first: Postgres' fixed ones (empty ones included), then
+	// every parent of a file.
+	dirs := map[string]bool{}
+	var order []string
+	addDir := func(d string) {
+		for d != "." && d != "" && !dirs[d] {
+			dirs[d] = true
+			order = append(order, d)
+			d = path.Dir(d)
+		}
+	}
+	for _, d := range DataDirDirs {
+		addDir(d)
+	}
+	for _, f := range files {
+		addDir(path.Dir(f.Path))
+	}
+	for _, r := range rels {
+		addDir(path.Dir(RelPath(r, 0)))
+	}
+	sort.Strings(order)
+	for _, d := range order {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o700, ModTime: mod, Typeflag: tar.TypeDir}); err != nil {
+			return err
+		}
+	}
 	for _, f := range files {
 		data, err := tl.ReadFile(ctx, f.Path, lsn)
 		if err != nil {
@@ -60,10 +101,6 @@ func Basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Wri
 		if _, err := tw.Write(data); err != nil {
 			return err
 		}
-	}
-	rels, err := tl.ListRels(ctx, keyspace.RelsRange, lsn)
-	if err != nil {
-		return err
 	}
 	for _, r := range rels {
 		n, _, err := tl.Nblocks(ctx, r, lsn)

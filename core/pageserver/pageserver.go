@@ -199,8 +199,8 @@ func (p *Pageserver) CreateTimeline(ctx context.Context, id pg.TimelineID) (*tim
 }
 
 // Branch creates timeline id as a branch of parent at LSN at: it reads the
-// parent's history at or below at. at must be at or above the parent's GC
-// cutoff; LatestLSN (or 0) branches at the parent's last record LSN.
+// parent's history at or below at. at must lie between the parent's GC
+// cutoff and its durable LSN; LatestLSN (or 0) branches at the durable LSN.
 func (p *Pageserver) Branch(ctx context.Context, parent, id pg.TimelineID, at pg.LSN) (*timeline.Timeline, error) {
 	return p.create(ctx, id, parent, at)
 }
@@ -223,13 +223,15 @@ func (p *Pageserver) create(ctx context.Context, id, parent pg.TimelineID, at pg
 		}
 		l := anc.LSNs()
 		if at == 0 || at == timeline.LatestLSN {
-			at = l.LastRecord
+			at = l.Durable
 		}
 		if at < l.GCCutoff {
 			return nil, fmt.Errorf("%w: branch at %s, parent cutoff %s", timeline.ErrBelowGCCutoff, at, l.GCCutoff)
 		}
-		if at > l.LastRecord {
-			return nil, fmt.Errorf("pageserver: branch at %s is past the parent's last record %s", at, l.LastRecord)
+		// Versions above the durable LSN may still vanish (gated writes
+		// lost in a crash); a branch must not see them.
+		if at > l.Durable {
+			return nil, fmt.Errorf("pageserver: branch at %s is past the parent's durable LSN %s", at, l.Durable)
 		}
 		m = meta{Ancestor: parent.String(), AncestorLSN: at}
 	}

@@ -179,7 +179,7 @@ func (s *Server) getBatch(ctx context.Context, b *pb.GetPageBatch) *pb.GetPageBa
 		}
 		start := time.Now()
 		pk := relTag(r.Rel).Page(r.Block)
-		page, perr := tl.GetPage(ctx, pk, pg.LSN(r.RequestLsn), pg.LSN(r.NotModifiedSince))
+		page, perr := tl.GetPage(ctx, pk, reqLSN(r.RequestLsn), pg.LSN(r.NotModifiedSince))
 		s.getPageLatency.Observe(time.Since(start).Seconds())
 		s.pages.Inc()
 		res := &pb.PageResult{Code: code(perr), Page: page}
@@ -219,7 +219,7 @@ func (s *Server) Nblocks(ctx context.Context, r *pb.NblocksRequest) (*pb.Nblocks
 	}
 	resp := &pb.NblocksResponse{}
 	for _, rt := range r.Rels {
-		n, ok, err := tl.Nblocks(ctx, relTag(rt), pg.LSN(r.RequestLsn))
+		n, ok, err := tl.Nblocks(ctx, relTag(rt), reqLSN(r.RequestLsn))
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -235,7 +235,7 @@ func (s *Server) DbSize(ctx context.Context, r *pb.DbSizeRequest) (*pb.DbSizeRes
 	if err != nil {
 		return nil, err
 	}
-	n, err := tl.DBSize(ctx, r.Spc, r.Db, pg.LSN(r.RequestLsn))
+	n, err := tl.DBSize(ctx, r.Spc, r.Db, reqLSN(r.RequestLsn))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -268,7 +268,7 @@ func (s *Server) GetFile(ctx context.Context, r *pb.GetFileRequest) (*pb.GetFile
 	if err != nil {
 		return nil, err
 	}
-	d, err := tl.ReadFile(ctx, r.Path, pg.LSN(r.RequestLsn))
+	d, err := tl.ReadFile(ctx, r.Path, reqLSN(r.RequestLsn))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -303,11 +303,11 @@ func (s *Server) ListFiles(ctx context.Context, r *pb.ListFilesRequest) (*pb.Lis
 	if err != nil {
 		return nil, err
 	}
-	fs, err := tl.ListFiles(ctx, pg.LSN(r.RequestLsn))
+	fs, err := tl.ListFiles(ctx, reqLSN(r.RequestLsn))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	rels, err := tl.ListRels(ctx, relsRange, pg.LSN(r.RequestLsn))
+	rels, err := tl.ListRels(ctx, relsRange, reqLSN(r.RequestLsn))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -342,7 +342,7 @@ func (s *Server) Basebackup(r *pb.BasebackupRequest, stream pb.PageService_Baseb
 		return err
 	}
 	bw := newBufferedChunks(chunkWriter{stream})
-	if err := pageserver.Basebackup(stream.Context(), tl, pg.LSN(r.Lsn), bw); err != nil {
+	if err := pageserver.Basebackup(stream.Context(), tl, reqLSN(r.Lsn), bw); err != nil {
 		return toStatus(err)
 	}
 	return bw.Flush()
@@ -405,4 +405,12 @@ func (s *Server) AdvanceCommitLSN(ctx context.Context, r *pb.AdvanceCommitLSNReq
 		return nil, toStatus(err)
 	}
 	return &pb.Empty{}, nil
+}
+
+// reqLSN maps a request LSN to the engine's: 0 (unset) means latest.
+func reqLSN(x uint64) pg.LSN {
+	if x == 0 {
+		return timeline.LatestLSN
+	}
+	return pg.LSN(x)
 }
