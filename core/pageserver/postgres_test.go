@@ -154,7 +154,6 @@ func TestPostgresRoundTrip(t *testing.T) {
 	}
 }
 
-
 func untar(r io.Reader, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
