@@ -60,8 +60,13 @@ type Cache interface {
 	// evicting other pages if the cache is full. lsn is the LSN the page
 	// image is valid at: if the cache already holds the key at a higher LSN,
 	// the Put is stale (a late fill racing a newer write) and is ignored.
-	// pg.InvalidLSN means "unknown" and always overwrites. A cache of
-	// capacity zero accepts and drops every Put.
+	// pg.InvalidLSN means "unknown" and always overwrites. The guard holds
+	// only while the key stays cached: after an eviction or invalidation a
+	// late Put at an older LSN is stored, so a caller that may fill a page
+	// concurrently with a newer write of it must order the two itself
+	// (Postgres does: one block is read and written through one buffer,
+	// under its I/O lock). A cache of capacity zero accepts and drops every
+	// Put.
 	Put(key pg.PageKey, page []byte, lsn pg.LSN) error
 
 	// Invalidate drops key if it is cached. It is not an error if it is not.

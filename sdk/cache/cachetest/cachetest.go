@@ -471,18 +471,21 @@ func (s *suite) zeroCapacity(t *testing.T) {
 
 // concurrent runs readers and writers over a small key space while one
 // goroutine resizes the cache down and up. Every hit must be an exact page
-// of the key asked for, and never older than a completed Put at a higher LSN.
+// of the key asked for, and never older than a completed Put of that key
+// where the Puts of the key are ordered.
 func (s *suite) concurrent(t *testing.T) {
 	units := 4 * s.o.MinUnits
 	c := s.openCache(t, units)
 	const nkeys = 512
 	const workers = 8
-	// Keys below nkeys/2 are never invalidated: a hit on one must not be
-	// older than the newest version whose Put completed before the Get
-	// began (Puts carry lsn = version, so older fills are stale). Keys
-	// above are also invalidated (which forgets the LSN), so a hit there is
-	// only checked for exact bytes.
+	// Keys below nkeys/2 are never invalidated and their Puts are
+	// serialised per key (as Postgres serialises the read and the write of
+	// one block through its buffer's I/O lock): a hit on one must not be
+	// older than the newest Put that completed before the Get began, even
+	// across evictions. Keys above are also invalidated, and Put without
+	// ordering, so a hit there is only checked for exact bytes.
 	var next, done [nkeys]atomic.Uint32
+	var keyMu [nkeys / 2]sync.Mutex
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errc := make(chan error, workers+1)
@@ -516,8 +519,15 @@ func (s *suite) concurrent(t *testing.T) {
 						}
 					}
 				case op < 9 || i < nkeys/2:
+					if i < nkeys/2 {
+						keyMu[i].Lock()
+					}
 					v := next[i].Add(1)
-					if err := c.Put(k, Page(k, v), pg.LSN(v)); err != nil {
+					err := c.Put(k, Page(k, v), pg.LSN(v))
+					if i < nkeys/2 {
+						keyMu[i].Unlock()
+					}
+					if err != nil {
 						errc <- err
 						return
 					}
