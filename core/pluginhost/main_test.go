@@ -11,7 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/plugin"
@@ -26,6 +28,7 @@ import (
 //	log     logs a warning with a field at Configure, then as memory
 //	flaky   as memory, but Stat("flaky") fails with a transient backend error
 //	badcfg  its factory refuses every config
+//	other-kind  serves no object store service
 //	host    not a plugin: a host running a memory plugin (see TestNoOrphanPlugin)
 const modeArg = "pluginhost-test-mode="
 
@@ -73,6 +76,13 @@ func servePluginMode(mode string) {
 		}
 		fmt.Println(st.PID())
 		select {}
+	case "other-kind":
+		// Speaks the object store protocol version but registers no object
+		// store service, as a plugin of another contract would.
+		plugin.Serve(plugin.ServeConfig{
+			Kind: objectstore.PluginKind, Version: objectstore.PluginProtocolVersion,
+			Plugin: otherKindPlugin{},
+		})
 	case "badcfg":
 		objectstore.ServePlugin(func(cfg []byte, _ zerolog.Logger) (objectstore.Store, error) {
 			return nil, errors.New("badcfg: root is required")
@@ -81,6 +91,16 @@ func servePluginMode(mode string) {
 		fmt.Fprintf(os.Stderr, "unknown test plugin mode %q\n", mode)
 		os.Exit(2)
 	}
+}
+
+// otherKindPlugin registers no service.
+type otherKindPlugin struct {
+	goplugin.NetRPCUnsupportedPlugin
+}
+
+func (otherKindPlugin) GRPCServer(*goplugin.GRPCBroker, *grpc.Server) error { return nil }
+func (otherKindPlugin) GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("unused")
 }
 
 // flakyStore fails Stat of the key "flaky" as a throttled backend would.

@@ -87,6 +87,10 @@ func (s *ObjectStore) start(ctx context.Context) (*osInstance, error) {
 	}
 	if err := store.Configure(ctx, s.spec.ConfigJSON); err != nil {
 		proc.kill()
+		if status.Code(err) == codes.Unimplemented {
+			return nil, fmt.Errorf("pluginhost: objectstore plugin %q (%s) is not an objectstore plugin (a strata plugin of another kind?): %w",
+				s.spec.Name, s.spec.Path, err)
+		}
 		return nil, fmt.Errorf("pluginhost: objectstore plugin %q (pid %d) refused its config: %w", s.spec.Name, proc.pid, err)
 	}
 	return &osInstance{proc: proc, store: store}, nil

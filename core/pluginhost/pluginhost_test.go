@@ -570,3 +570,42 @@ func TestMTLSRequired(t *testing.T) {
 		t.Fatalf("host Stat: %v", err)
 	}
 }
+
+// TestLaunch: the contract-free launcher returns a process with the
+// dispensed client, which works, and Kill stops it.
+func TestLaunch(t *testing.T) {
+	p, err := Launch(selfSpec(t, "memory"), objectstore.PluginKind, objectstore.PluginProtocolVersion,
+		&objectstore.GRPCPlugin{}, Options{}, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	c, ok := p.Client().(*objectstore.GRPCClient)
+	if !ok {
+		t.Fatalf("Client() is %T", p.Client())
+	}
+	if err := c.Configure(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(context.Background(), "k"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("Stat: %v", err)
+	}
+	if p.PID() <= 0 || p.Exited() || !p.Alive() {
+		t.Fatalf("pid %d exited %v alive %v", p.PID(), p.Exited(), p.Alive())
+	}
+	p.Kill()
+	if !p.Exited() || p.Alive() || !processGone(p.PID()) {
+		t.Fatalf("after Kill: exited %v alive %v", p.Exited(), p.Alive())
+	}
+}
+
+// TestWrongKind: a strata plugin of another kind (here: a binary that
+// serves nothing under the object store service) is refused at open with
+// an error that says so.
+func TestWrongKind(t *testing.T) {
+	_, err := OpenObjectStore(context.Background(), selfSpec(t, "other-kind"), testLog(t))
+	if err == nil || !strings.Contains(err.Error(), "not an objectstore plugin") || !strings.Contains(err.Error(), `"test-other-kind"`) {
+		t.Fatalf("got %v", err)
+	}
+	t.Logf("wrong kind: %v", err)
+}
