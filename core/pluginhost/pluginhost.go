@@ -6,9 +6,9 @@
 //
 // Per contract it offers one opener; today OpenObjectStore, an
 // objectstore.Store backed by an external plugin process, restarted with
-// backoff when it dies. The launching, checksum, version and logging code
-// (launch.go, hclog.go) knows no contract and serves the next ones (redo,
-// replication, cache).
+// backoff when it dies. Launch (with the same checksum, version, mTLS and
+// log forwarding) knows no contract and serves the next ones (redo,
+// replication, cache) until they get an opener of their own.
 //
 // Choosing builtin or external for a config section is done by core/objstore
 // from core/config; this package reads no config files. Plugins never
