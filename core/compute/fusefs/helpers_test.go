@@ -2,6 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // needFUSE skips unless the test can mount (root and /dev/fuse).
@@ -55,9 +59,15 @@ func newEnv(t testing.TB) *mountEnv {
 // if need be) even when the test fails.
 func (e *mountEnv) mount(t testing.TB, be Backend, cache Cache) *FS {
 	t.Helper()
+	return e.mountAt(t, be, cache, 0)
+}
+
+// mountAt mounts with W starting at walStart (a compute started from storage).
+func (e *mountEnv) mountAt(t testing.TB, be Backend, cache Cache, walStart pg.LSN) *FS {
+	t.Helper()
 	f, err := Mount(context.Background(), e.mnt, Options{
 		Backend: be, Cache: cache, WALScratch: e.scratch, UID: e.uid, GID: e.gid,
-		Log: zerolog.Nop(),
+		WALStart: walStart, Log: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,4 +81,43 @@ func (e *mountEnv) mount(t testing.TB, be Backend, cache Cache) *FS {
 		MountpointCleanup(e.mnt)
 	})
 	return f
+}
+
+// lsnChecker wraps a Backend and checks, for every page written, that its
+// tag is at or above the page's own LSN (pd_lsn). W alone is not: Postgres'
+// bulk writes (index builds, storage copies) reach smgr before their WAL is
+// flushed, so the filesystem raises such tags to the page LSN.
+type lsnChecker struct {
+	Backend
+	mu         sync.Mutex
+	writes     int
+	stamped    int
+	violations []string
+}
+
+func (c *lsnChecker) WritePage(ctx context.Context, key pg.PageKey, page []byte, w pg.LSN) error {
+	lsn := PageLSN(page)
+	c.mu.Lock()
+	c.writes++
+	if lsn != 0 {
+		c.stamped++
+	}
+	if lsn > w && len(c.violations) < 10 {
+		c.violations = append(c.violations, fmt.Sprintf("%s: page LSN %v > W %v", key, lsn, w))
+	}
+	c.mu.Unlock()
+	return c.Backend.WritePage(ctx, key, page, w)
+}
+
+func (c *lsnChecker) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t.Logf("tag check: %d page writes, %d with a page LSN, %d tagged below it", c.writes, c.stamped, len(c.violations))
+	if len(c.violations) > 0 {
+		t.Fatalf("page written with a tag below its own LSN:\n%s", strings.Join(c.violations, "\n"))
+	}
+	if c.stamped == 0 {
+		t.Fatal("no page with an LSN was written: the check checked nothing")
+	}
 }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -628,10 +629,18 @@ func (n *relNode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off i
 			copy(tmp[in:], page)
 			page = tmp
 		}
-		if err := f.be.WritePage(ctx, key, page, w); err != nil {
+		// The tag is W, raised to the page's own LSN when that is higher:
+		// bulk writes (index builds, RelationCopyStorage, table rewrites)
+		// reach smgr before Postgres flushes their WAL, so W alone can lag.
+		tag := w
+		if l := PageLSN(page); l > w {
+			tag = l
+			f.waits.lsnAboveW.Add(1)
+		}
+		if err := f.be.WritePage(ctx, key, page, tag); err != nil {
 			return uint32(pos - off), f.fail("write", n.seg.Path(), err)
 		}
-		f.lw.Set(key, w)
+		f.lw.Set(key, tag)
 		if f.cache != nil {
 			f.cache.Put(key, page)
 		}
@@ -708,3 +717,10 @@ func (w *walFile) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 // PassthroughFd refuses kernel passthrough: every WAL write must reach Write
 // so that W moves.
 func (w *walFile) PassthroughFd() (int, bool) { return -1, false }
+
+// PageLSN returns pd_lsn, the first 8 bytes of a Postgres page header
+// (xlogid, xrecoff; native byte order, little-endian on the platforms strata
+// runs on).
+func PageLSN(page []byte) pg.LSN {
+	return pg.LSN(uint64(binary.LittleEndian.Uint32(page[0:4]))<<32 | uint64(binary.LittleEndian.Uint32(page[4:8])))
+}

@@ -162,8 +162,10 @@ const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
 // over the same Backend, nothing in shared_buffers or the kernel) and checks
 // the data.
 func TestPostgresOnMount(t *testing.T) {
-	be := NewMemory()
-	postgresOnMount(t, be, be.MaxW)
+	mem := NewMemory()
+	chk := &lsnChecker{Backend: mem}
+	postgresOnMount(t, chk, mem.MaxW)
+	chk.check(t)
 }
 
 // TestPostgresOnMountLocalDir is the same run over the LocalDir Backend
@@ -244,7 +246,7 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 
 	// A fresh compute: new mount, new (empty) cache, same Backend; pg_wal
 	// scratch kept (in production the safekeepers refill it).
-	fsys2 := e.mount(t, be, NewMemCache(4096))
+	fsys2 := e.mountAt(t, be, NewMemCache(4096), fsys.WAL().Current())
 	p2 := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
 	after := p2.query(checkSQL)
 	if after != before {
@@ -259,6 +261,8 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	if n := fsys2.Waits().Count(OpGetPage, relpath.KindRel); n == 0 {
 		t.Fatal("fresh compute read no page from the Backend")
 	}
+	t.Logf("page writes with a page LSN above W (tagged with the page LSN): first compute %d, fresh compute %d",
+		fsys.Waits().PageLSNAboveW(), fsys2.Waits().PageLSNAboveW())
 	t.Logf("fresh compute: GetPage %d, cache hits/misses %v", fsys2.Waits().Count(OpGetPage, relpath.KindRel), fmt.Sprint(fsys2.Waits().CacheHits()))
 	p2.stop()
 }

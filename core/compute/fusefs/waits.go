@@ -35,7 +35,13 @@ type Waits struct {
 	bytes [numOps][numKinds]atomic.Uint64
 	hits  atomic.Uint64 // cache tier hits
 	miss  atomic.Uint64 // cache tier misses
+	// lsnAboveW counts page writes whose own LSN was above W (tagged with
+	// the page LSN instead).
+	lsnAboveW atomic.Uint64
 }
+
+// PageLSNAboveW returns how many page writes carried an LSN above W.
+func (w *Waits) PageLSNAboveW() uint64 { return w.lsnAboveW.Load() }
 
 // Observe adds one operation of n bytes that took d.
 func (w *Waits) Observe(op Op, k relpath.Kind, n int, d time.Duration) {
@@ -66,6 +72,7 @@ var (
 	descBytes = prometheus.NewDesc("strata_compute_fuse_bytes_total", "Bytes moved by FUSE operations, by operation and file kind.", []string{"op", "kind"}, nil)
 	descHits  = prometheus.NewDesc("strata_compute_cache_hits_total", "Page reads served by the compute's cache tier.", nil, nil)
 	descMiss  = prometheus.NewDesc("strata_compute_cache_misses_total", "Page reads that missed the compute's cache tier.", nil, nil)
+	descAbove = prometheus.NewDesc("strata_compute_page_lsn_above_w_total", "Page writes whose page LSN was above the WAL position written (bulk writes), tagged with the page LSN.", nil, nil)
 )
 
 type waitsCollector struct{ w *Waits }
@@ -76,6 +83,7 @@ func (c waitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBytes
 	ch <- descHits
 	ch <- descMiss
+	ch <- descAbove
 }
 
 func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -92,6 +100,7 @@ func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(c.w.hits.Load()))
 	ch <- prometheus.MustNewConstMetric(descMiss, prometheus.CounterValue, float64(c.w.miss.Load()))
+	ch <- prometheus.MustNewConstMetric(descAbove, prometheus.CounterValue, float64(c.w.lsnAboveW.Load()))
 }
 
 // LastWritten is the last-written-LSN map: for each page, the W of its last
