@@ -150,7 +150,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 	case body.err != nil:
 		err = fmt.Errorf("gcs put %q: reading body: %w", key, body.err)
 	case err != nil:
-		err = s.mapErr(ctx, "put", key, err)
+		err = s.putErr(ctx, key, opts, err) // the upload failed mid-stream
 	case opts.Size >= 0 && n != opts.Size:
 		err = fmt.Errorf("gcs put %q: body has %d bytes, PutOptions.Size said %d", key, n, opts.Size)
 	}
@@ -163,12 +163,18 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		return err
 	}
 	if err := w.Close(); err != nil {
-		if opts.IfNotExists && httpStatus(err) == 412 {
-			return fmt.Errorf("gcs put %q: %w", key, objectstore.ErrExists)
-		}
-		return s.mapErr(ctx, "put", key, err)
+		return s.putErr(ctx, key, opts, err)
 	}
 	return nil
+}
+
+// putErr maps an upload error: 412 on a conditional create (at the start of
+// a resumable upload or at its commit) is ErrExists.
+func (s *Store) putErr(ctx context.Context, key string, opts objectstore.PutOptions, err error) error {
+	if opts.IfNotExists && ctx.Err() == nil && httpStatus(err) == 412 {
+		return fmt.Errorf("gcs put %q: %w", key, objectstore.ErrExists)
+	}
+	return s.mapErr(ctx, "put", key, err)
 }
 
 // Get implements objectstore.Store.

@@ -50,7 +50,7 @@ func TestPlugin(t *testing.T) {
 	var n atomic.Int64
 	storetest.RunOptions(t, func(t *testing.T) objectstore.Store {
 		return openShim(t, f.Config("plugin", fmt.Sprintf("p/%d", n.Add(1))))
-	}, storetest.Options{ListCount: 50, BigSize: 16 << 20, MaxKeyLen: objectstore.MaxKeyLen - len("p/NN/"), StrictClose: true})
+	}, storetest.Options{ListCount: 50, BigSize: 8 << 20, MaxKeyLen: objectstore.MaxKeyLen - len("p/NN/"), StrictClose: true})
 }
 
 func TestOpenPluginConfig(t *testing.T) {

@@ -83,27 +83,30 @@ func isTransient(err error, status int, code string) bool {
 	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// sizeReader fails the read that reaches EOF early, or runs past want
-// bytes, when want >= 0 (PutOptions.Size). A failed read aborts the upload,
-// so a body of the wrong length never becomes visible.
+// sizeReader records the first error of its reader other than EOF, and
+// fails the read that reaches EOF early or runs past want bytes when
+// want >= 0 (PutOptions.Size). A failed read aborts the upload, so a body
+// of the wrong length never becomes visible.
 type sizeReader struct {
 	r    io.Reader
 	want int64
 	n    int64
 	key  string
+	err  error
 }
 
 func (z *sizeReader) Read(p []byte) (int, error) {
 	n, err := z.r.Read(p)
 	z.n += int64(n)
-	if z.want < 0 {
-		return n, err
+	switch {
+	case err != nil && err != io.EOF:
+	case z.want >= 0 && z.n > z.want:
+		err = fmt.Errorf("body is longer than PutOptions.Size %d", z.want)
+	case err == io.EOF && z.want >= 0 && z.n != z.want:
+		err = fmt.Errorf("body has %d bytes, PutOptions.Size said %d", z.n, z.want)
 	}
-	if z.n > z.want {
-		return n, fmt.Errorf("s3 put %q: body is longer than PutOptions.Size %d", z.key, z.want)
-	}
-	if err == io.EOF && z.n != z.want {
-		return n, fmt.Errorf("s3 put %q: body has %d bytes, PutOptions.Size said %d", z.key, z.n, z.want)
+	if err != nil && err != io.EOF && z.err == nil {
+		z.err = err
 	}
 	return n, err
 }

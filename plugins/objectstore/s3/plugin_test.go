@@ -53,7 +53,7 @@ func TestPlugin(t *testing.T) {
 			t.Skip("versitygw's posix backend keeps keys as file paths; see TestAcceptanceGoFakeS3")
 		}
 		return openShim(t, gw.Config("plugin", fmt.Sprintf("p/%d", n.Add(1))))
-	}, storetest.Options{ListCount: 50, BigSize: 16 << 20, MaxKeyLen: 255, StrictClose: true})
+	}, storetest.Options{ListCount: 50, BigSize: 8 << 20, MaxKeyLen: 255, StrictClose: true})
 }
 
 func TestOpenPluginConfig(t *testing.T) {

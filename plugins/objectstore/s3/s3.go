@@ -157,7 +157,8 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 	if err := s.check(ctx, key); err != nil {
 		return err
 	}
-	body := objectstore.ContextReader(ctx, &sizeReader{r: r, want: opts.Size, key: key})
+	sized := &sizeReader{r: objectstore.ContextReader(ctx, r), want: opts.Size, key: key}
+	var body io.Reader = sized
 	in := &awss3.PutObjectInput{
 		Bucket: aws.String(s.cfg.Bucket),
 		Key:    aws.String(s.prefix + key),
@@ -176,7 +177,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		n, rerr := head.ReadFrom(io.LimitReader(body, s.cfg.MultipartThreshold+1))
 		switch {
 		case rerr != nil:
-			err = fmt.Errorf("s3 put %q: reading body: %w", key, rerr)
+			err = rerr // recorded in sized
 		case n <= s.cfg.MultipartThreshold:
 			err = s.putSingle(ctx, in, &head, n)
 		default:
@@ -185,6 +186,14 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 	}
 	if err == nil {
 		return nil
+	}
+	if sized.err != nil {
+		// The body failed (or had the wrong size): nothing was committed.
+		// The caller's reader error is not classified as the store's.
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(sized.err, cerr) {
+			return fmt.Errorf("s3 put %q: %w (%v)", key, cerr, sized.err)
+		}
+		return fmt.Errorf("s3 put %q: reading body: %w", key, sized.err)
 	}
 	return s.putErr(ctx, key, opts, err)
 }
@@ -195,7 +204,7 @@ func (s *Store) putSingle(ctx context.Context, in *awss3.PutObjectInput, body io
 	buf := make([]byte, 0, size)
 	b := bytes.NewBuffer(buf)
 	if _, err := b.ReadFrom(body); err != nil {
-		return fmt.Errorf("s3 put %q: reading body: %w", aws.ToString(in.Key), err)
+		return err // recorded in sizeReader
 	}
 	in.Body = bytes.NewReader(b.Bytes())
 	in.ContentLength = aws.Int64(int64(b.Len()))
