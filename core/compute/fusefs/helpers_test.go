@@ -3,10 +3,10 @@ package fusefs
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
