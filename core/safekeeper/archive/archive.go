@@ -83,6 +83,10 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 		if err != nil && !errors.Is(err, objectstore.ErrExists) {
 			return archived, fmt.Errorf("archive: upload %s: %w", name, err)
 		}
+		// A partial copy of this segment is superseded now.
+		if err := a.o.Store.Delete(ctx, Key(a.o.Prefix, ctl.SystemID, name, true)); err != nil {
+			a.o.Logger.Warn().Err(err).Str("segment", name).Msg("archive: delete superseded partial segment")
+		}
 		archived += pg.LSN(seg)
 		next := archived
 		if err := a.st.UpdateControl(func(c *walstore.Control) { c.ArchivedLSN = max(c.ArchivedLSN, next) }); err != nil {

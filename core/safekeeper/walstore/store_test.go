@@ -248,3 +248,36 @@ func TestRemoveBefore(t *testing.T) {
 		t.Fatalf("read removed: %v", err)
 	}
 }
+
+// TestCrashDuringTruncate: a crash after the control file recorded the
+// truncation but before the checksum entries were cleared must not bring
+// the truncated tail back.
+func TestCrashDuringTruncate(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	start := pg.LSN(testSeg)
+	s.Init(start, 1, 1)
+	s.Write(start, bytes.Repeat([]byte{7}, 2*testSeg))
+	s.Flush()
+	cut := start + testSeg/2
+	// What Truncate persists first, then "crash".
+	s.mu.Lock()
+	s.flushLSN, s.writeLSN = cut, cut
+	s.mu.Unlock()
+	if err := s.UpdateControl(func(c *Control) { c.Truncating = true }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2 := open(t, dir)
+	if s2.FlushLSN() != cut {
+		t.Fatalf("after a crash mid-truncate the flush LSN is %s, want %s", s2.FlushLSN(), cut)
+	}
+	if s2.Control().Truncating {
+		t.Fatal("truncating flag not cleared by recovery")
+	}
+	s2.Close()
+	s3 := open(t, dir)
+	if s3.FlushLSN() != cut {
+		t.Fatalf("second reopen: flush %s, want %s", s3.FlushLSN(), cut)
+	}
+}
