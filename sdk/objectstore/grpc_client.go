@@ -44,10 +44,11 @@ func fromStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w (%v)", cerr, errorMap.FromStatus(err))
+	mapped := errorMap.FromStatus(err)
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(mapped, cerr) {
+		return fmt.Errorf("%w (%v)", cerr, mapped)
 	}
-	return errorMap.FromStatus(err)
+	return mapped
 }
 
 // Put streams r to the plugin in chunks of at most 1 MiB. If reading r

@@ -225,3 +225,18 @@ func BenchmarkGRPCShimStat(b *testing.B) {
 		}
 	}
 }
+
+// TestGRPCShimCancelledText: a call with a cancelled context fails with an
+// error matching context.Canceled whose text says so once.
+func TestGRPCShimCancelledText(t *testing.T) {
+	c := openShim(t, memoryFactory, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Stat(ctx, "k")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stat: %v", err)
+	}
+	if strings.Count(err.Error(), "context canceled") != 1 {
+		t.Fatalf("Stat error text %q", err)
+	}
+}
