@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -92,6 +93,7 @@ type lsnChecker struct {
 	mu         sync.Mutex
 	writes     int
 	stamped    int
+	controls   int
 	violations []string
 }
 
@@ -109,15 +111,31 @@ func (c *lsnChecker) WritePage(ctx context.Context, key pg.PageKey, page []byte,
 	return c.Backend.WritePage(ctx, key, page, w)
 }
 
+// WriteFile checks that a pg_control write is tagged at or above the
+// checkpoint it names (ControlFileData.checkPoint, bytes 32..40): the
+// checkpointer flushes the checkpoint record before it updates pg_control.
+func (c *lsnChecker) WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error {
+	if path == "global/pg_control" && off == 0 && len(data) >= 40 {
+		ckpt := pg.LSN(binary.LittleEndian.Uint64(data[32:40]))
+		c.mu.Lock()
+		c.controls++
+		if ckpt > w && len(c.violations) < 10 {
+			c.violations = append(c.violations, fmt.Sprintf("pg_control: checkpoint %v > W %v", ckpt, w))
+		}
+		c.mu.Unlock()
+	}
+	return c.Backend.WriteFile(ctx, path, off, data, w)
+}
+
 func (c *lsnChecker) check(t *testing.T) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t.Logf("tag check: %d page writes, %d with a page LSN, %d tagged below it", c.writes, c.stamped, len(c.violations))
+	t.Logf("tag check: %d page writes, %d with a page LSN, %d pg_control writes; %d violations", c.writes, c.stamped, c.controls, len(c.violations))
 	if len(c.violations) > 0 {
 		t.Fatalf("page written with a tag below its own LSN:\n%s", strings.Join(c.violations, "\n"))
 	}
-	if c.stamped == 0 {
-		t.Fatal("no page with an LSN was written: the check checked nothing")
+	if c.stamped == 0 || c.controls == 0 {
+		t.Fatal("no page with an LSN or no pg_control was written: the check checked nothing")
 	}
 }
