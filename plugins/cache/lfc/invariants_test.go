@@ -52,8 +52,24 @@ func (c *Cache) checkInvariants() error {
 			if pages != p.pages {
 				return fmt.Errorf("partition %d: %d pages in bitmaps, counter %d", p.id, pages, p.pages)
 			}
-			if p.ramTier && len(p.ram) != int(p.hwm) {
-				return fmt.Errorf("partition %d: %d RAM buffers, hwm %d", p.id, len(p.ram), p.hwm)
+			if p.ramTier {
+				if len(p.ram) != int(p.hwm)*p.cp {
+					return fmt.Errorf("partition %d: %d RAM buffers, hwm %d", p.id, len(p.ram), p.hwm)
+				}
+				held := map[int]bool{}
+				for _, h := range p.index {
+					e := &p.ents[h]
+					for i := 0; i < p.cp; i++ {
+						if e.has(uint32(i)) {
+							held[int(e.slot)*p.cp+i] = true
+						}
+					}
+				}
+				for j, b := range p.ram {
+					if (b != nil) != held[j] || (b != nil && len(b) != pg.BlockSize) {
+						return fmt.Errorf("partition %d: RAM buffer %d: len %d, page held %v", p.id, j, len(b), held[j])
+					}
+				}
 			}
 			return nil
 		}()

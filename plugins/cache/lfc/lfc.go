@@ -11,8 +11,10 @@
 // no slot between partitions. The disk tier keeps slot g at offset
 // g*ChunkBytes of its file.
 //
-// Locking. A partition's lock is held for the lookup and the copy (a memcpy,
-// or a pread of one page from the disk tier). A contended acquisition is
+// Locking. A partition's lock is held for the lookup and the policy update.
+// RAM pages are immutable buffers (a Put stores a fresh copy, made before
+// locking), so a RAM hit copies the page after unlocking; the disk tier's
+// pread and pwrite run under the lock. A contended acquisition is
 // timed and recorded in the wait accounting as lfc_lock; an uncontended one
 // (TryLock succeeds) costs nothing extra. Page copies are recorded as
 // lfc_read and lfc_write.
@@ -91,18 +93,22 @@ func (e *entry) count() int64 {
 
 // partition is one lock's share of the cache. Every field is guarded by mu.
 type partition struct {
-	mu      sync.Mutex
-	id      int
-	closed  bool
-	index   map[chunkKey]int32 // chunk -> handle
-	ents    []entry            // by handle
-	lsns    []pg.LSN           // by handle*ChunkPages + page in chunk
-	freeH   []int32            // free handles
-	freeS   []int32            // free local slots below hwm
-	hwm     int32              // slots >= hwm (and < nslots) were never used since the last shrink
-	nslots  int32              // local slots owned
-	ram     [][]byte           // RAM tier: buffer by local slot < hwm (nil until written)
+	mu     sync.Mutex
+	id     int
+	closed bool
+	index  map[chunkKey]int32 // chunk -> handle
+	ents   []entry            // by handle
+	lsns   []pg.LSN           // by handle*ChunkPages + page in chunk
+	freeH  []int32            // free handles
+	freeS  []int32            // free local slots below hwm
+	hwm    int32              // slots >= hwm (and < nslots) were never used since the last shrink
+	nslots int32              // local slots owned
+	// RAM tier: the page buffers, by slot*ChunkPages + page in chunk, for
+	// slots < hwm; nil where the page is absent. A buffer is immutable once
+	// stored (a Put stores a new one), so Get copies it after unlocking.
+	ram     [][]byte
 	ramTier bool
+	cp      int // ChunkPages
 	pol     policy.Policy
 
 	pages                                          int64
@@ -146,7 +152,7 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.parts = append(c.parts, &partition{id: i, index: map[chunkKey]int32{}, pol: pol, ramTier: cfg.Tier == TierRAM})
+		c.parts = append(c.parts, &partition{id: i, index: map[chunkKey]int32{}, pol: pol, ramTier: cfg.Tier == TierRAM, cp: cfg.ChunkPages})
 	}
 	if cfg.Tier == TierDisk {
 		f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -219,35 +225,33 @@ func (c *Cache) off(p *partition, slot int32, i uint32) int64 {
 	return g*c.chunkBytes + int64(i)*pg.BlockSize
 }
 
+// preadPage reads a page of the disk tier.
 // REQUIRES: p.mu held.
-func (c *Cache) readPage(p *partition, slot int32, i uint32, dst []byte) error {
+func (c *Cache) preadPage(p *partition, slot int32, i uint32, dst []byte) error {
 	t0 := time.Now()
-	var err error
-	if c.file == nil {
-		copy(dst, p.ram[slot][int(i)*pg.BlockSize:])
-	} else {
-		_, err = c.file.ReadAt(dst, c.off(p, slot, i))
-	}
+	_, err := c.file.ReadAt(dst, c.off(p, slot, i))
 	c.waits.Add(c.kRead, p.id, time.Since(t0))
 	return err
 }
 
+// pwritePage writes a page of the disk tier.
 // REQUIRES: p.mu held.
-func (c *Cache) writePage(p *partition, slot int32, i uint32, src []byte) error {
+func (c *Cache) pwritePage(p *partition, slot int32, i uint32, src []byte) error {
 	t0 := time.Now()
-	var err error
-	if c.file == nil {
-		buf := p.ram[slot]
-		if buf == nil {
-			buf = make([]byte, c.chunkBytes)
-			p.ram[slot] = buf
-		}
-		copy(buf[int(i)*pg.BlockSize:], src)
-	} else {
-		_, err = c.file.WriteAt(src, c.off(p, slot, i))
-	}
+	_, err := c.file.WriteAt(src, c.off(p, slot, i))
 	c.waits.Add(c.kWrite, p.id, time.Since(t0))
 	return err
+}
+
+// store puts page i of the chunk in slot into the tier: for RAM, buf is the
+// page's new private copy; for disk, it is written with pwrite.
+// REQUIRES: p.mu held.
+func (c *Cache) store(p *partition, slot int32, i uint32, buf []byte) error {
+	if p.ramTier {
+		p.ram[int(slot)*p.cp+int(i)] = buf
+		return nil
+	}
+	return c.pwritePage(p, slot, i, buf)
 }
 
 // Get implements cache.Cache.
@@ -260,17 +264,30 @@ func (c *Cache) Get(key pg.PageKey, dst []byte) (bool, error) {
 	}
 	ck, i, _, p := c.locate(key)
 	c.lock(p)
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return false, cache.ErrClosed
 	}
 	h, ok := p.index[ck]
 	if !ok || !p.ents[h].has(i) {
 		p.misses++
+		p.mu.Unlock()
 		return false, nil
 	}
 	p.pol.Touch(h)
-	if err := c.readPage(p, p.ents[h].slot, i, dst[:pg.BlockSize]); err != nil {
+	slot := p.ents[h].slot
+	if p.ramTier {
+		// The buffer is immutable: copy it without holding the lock.
+		buf := p.ram[int(slot)*p.cp+int(i)]
+		p.hits++
+		p.mu.Unlock()
+		t0 := time.Now()
+		copy(dst[:pg.BlockSize], buf)
+		c.waits.Add(c.kRead, p.id, time.Since(t0))
+		return true, nil
+	}
+	defer p.mu.Unlock()
+	if err := c.preadPage(p, slot, i, dst[:pg.BlockSize]); err != nil {
 		p.dropPage(h, i)
 		return false, fmt.Errorf("lfc: read %v: %w", key, err)
 	}
@@ -287,6 +304,14 @@ func (c *Cache) Put(key pg.PageKey, page []byte, lsn pg.LSN) error {
 		return cache.ErrClosed
 	}
 	ck, i, hash, p := c.locate(key)
+	buf := page
+	if c.file == nil {
+		// The RAM tier stores a private, immutable copy, made before locking.
+		t0 := time.Now()
+		buf = make([]byte, pg.BlockSize)
+		copy(buf, page)
+		c.waits.Add(c.kWrite, p.id, time.Since(t0))
+	}
 	c.lock(p)
 	defer p.mu.Unlock()
 	if p.closed {
@@ -300,7 +325,7 @@ func (c *Cache) Put(key pg.PageKey, page []byte, lsn pg.LSN) error {
 			p.stale++
 			return nil
 		}
-		if err := c.writePage(p, e.slot, i, page); err != nil {
+		if err := c.store(p, e.slot, i, buf); err != nil {
 			p.dropPage(h, i)
 			return fmt.Errorf("lfc: write %v: %w", key, err)
 		}
@@ -321,7 +346,7 @@ func (c *Cache) Put(key pg.PageKey, page []byte, lsn pg.LSN) error {
 	p.ents[h] = entry{key: ck, slot: slot}
 	p.index[ck] = h
 	p.pol.Insert(h, hash)
-	if err := c.writePage(p, slot, i, page); err != nil {
+	if err := c.store(p, slot, i, buf); err != nil {
 		p.freeEntry(h)
 		return fmt.Errorf("lfc: write %v: %w", key, err)
 	}
@@ -344,7 +369,7 @@ func (p *partition) allocSlot() int32 {
 		s := p.hwm
 		p.hwm++
 		if p.ramTier {
-			p.ram = append(p.ram, nil)
+			p.ram = append(p.ram, make([][]byte, p.cp)...)
 		}
 		return s
 	}
@@ -363,6 +388,9 @@ func (p *partition) forget(h int32) int32 {
 	p.pages -= e.count()
 	delete(p.index, e.key)
 	s := e.slot
+	if p.ramTier {
+		clear(p.ram[int(s)*p.cp : int(s+1)*p.cp])
+	}
 	*e = entry{slot: -1}
 	p.freeH = append(p.freeH, h)
 	return s
@@ -380,6 +408,9 @@ func (p *partition) dropPage(h int32, i uint32) {
 	if e.has(i) {
 		e.clear(i)
 		p.pages--
+		if p.ramTier {
+			p.ram[int(e.slot)*p.cp+int(i)] = nil
+		}
 	}
 	if e.empty() {
 		p.freeEntry(h)
@@ -545,8 +576,8 @@ func (c *Cache) resizePartition(p *partition, n int32) {
 		p.freeS = low
 		p.hwm = n
 		if c.file == nil {
-			clear(p.ram[n:])
-			p.ram = p.ram[:n:n]
+			clear(p.ram[int(n)*p.cp:])
+			p.ram = p.ram[: int(n)*p.cp : int(n)*p.cp]
 		}
 	}
 	p.nslots = n
@@ -555,7 +586,10 @@ func (c *Cache) resizePartition(p *partition, n int32) {
 // moveSlot moves a chunk's bytes between local slots of p.
 func (c *Cache) moveSlot(p *partition, from, to int32) error {
 	if c.file == nil {
-		p.ram[to], p.ram[from] = p.ram[from], p.ram[to]
+		a, b := p.ram[int(to)*p.cp:int(to+1)*p.cp], p.ram[int(from)*p.cp:int(from+1)*p.cp]
+		for j := range a {
+			a[j], b[j] = b[j], a[j]
+		}
 		return nil
 	}
 	buf := make([]byte, c.chunkBytes)
