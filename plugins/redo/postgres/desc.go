@@ -41,8 +41,9 @@ func infobits(b *strings.Builder, bits uint8) {
 }
 
 // Describe returns the description pg_waldump prints after a record's type
-// for the record types strata redoes (heap, heap2, btree, sequence,
-// storage); other resource managers get an empty description.
+// for heap, heap2, btree, sequence, storage, checkpoint, NEXTOID, standby
+// LOCK and RUNNING_XACTS records; other record types (transaction commits
+// among them) get an empty description.
 func Describe(r *wal.Record) string {
 	m := r.MainData
 	var b strings.Builder
@@ -106,6 +107,43 @@ func Describe(r *wal.Record) string {
 			if len(r.Blocks) > 0 {
 				d := r.Blocks[0].Data
 				fmt.Fprintf(&b, "last_cleanup_num_delpages %d", u32(d, 20))
+			}
+		}
+	case wal.RmXLOG:
+		switch info {
+		case 0x00, 0x10: // CHECKPOINT_SHUTDOWN, CHECKPOINT_ONLINE
+			fpw, kind := "false", "online"
+			if u8(m, 16) != 0 {
+				fpw = "true"
+			}
+			if info == 0x00 {
+				kind = "shutdown"
+			}
+			fmt.Fprintf(&b, "redo %X/%X; tli %d; prev tli %d; fpw %s; xid %d:%d; oid %d; multi %d; offset %d; "+
+				"oldest xid %d in DB %d; oldest multi %d in DB %d; oldest/newest commit timestamp xid: %d/%d; oldest running xid %d; %s",
+				u32(m, 4), u32(m, 0), u32(m, 8), u32(m, 12), fpw, u32(m, 28), u32(m, 24), u32(m, 32), u32(m, 36), u32(m, 40),
+				u32(m, 44), u32(m, 48), u32(m, 52), u32(m, 56), u32(m, 72), u32(m, 76), u32(m, 80), kind)
+		case 0x30: // NEXTOID
+			fmt.Fprintf(&b, "%d", u32(m, 0))
+		}
+	case wal.RmStandby:
+		if info == 0x00 { // LOCK
+			n := int(int32(u32(m, 0)))
+			for i := 0; i < n && len(m) >= 4+12*(i+1); i++ {
+				fmt.Fprintf(&b, "xid %d db %d rel %d ", u32(m, 4+12*i), u32(m, 8+12*i), u32(m, 12+12*i))
+			}
+		}
+		if info == 0x10 { // RUNNING_XACTS
+			xcnt := int(int32(u32(m, 0)))
+			fmt.Fprintf(&b, "nextXid %d latestCompletedXid %d oldestRunningXid %d", u32(m, 12), u32(m, 20), u32(m, 16))
+			if xcnt > 0 && len(m) >= 24+4*xcnt {
+				fmt.Fprintf(&b, "; %d xacts:", xcnt)
+				for i := 0; i < xcnt; i++ {
+					fmt.Fprintf(&b, " %d", u32(m, 24+4*i))
+				}
+			}
+			if u8(m, 8) != 0 {
+				b.WriteString("; subxid ovf")
 			}
 		}
 	case wal.RmSequence:

@@ -118,6 +118,8 @@ func TestDumpMatchesPgWaldumpLines(t *testing.T) {
 		}
 		if theirs[i] == ours[i] {
 			exact++
+		} else if i-exact < 8 {
+			t.Logf("description differs:\npg_waldump: %s\nstrata:     %s", theirs[i], ours[i])
 		}
 	}
 	t.Logf("%d of %d lines identical to pg_waldump's (descriptions of some rmgrs are not reproduced)", exact, len(theirs))

@@ -99,7 +99,7 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	}
 	start := s.QueryString("postgres", "select pg_current_wal_insert_lsn()::text")
 	scale := "1"
-	txns := "200"
+	txns := "150"
 	if longTests() {
 		scale, txns = "5", "5000"
 	}
@@ -112,7 +112,7 @@ func runWorkload(t testing.TB) (w *workloadWAL, err error) {
 	if out, err := s.Pgbench("-c", "2", "-t", txns, "postgres"); err != nil {
 		return nil, fmt.Errorf("%v\n%s", err, out)
 	}
-	tpccTxns := 200
+	tpccTxns := 150
 	if longTests() {
 		tpccTxns = 5000
 	}
