@@ -223,8 +223,24 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 			t.Logf("pgbench: %s", line)
 		}
 	}
+	// DDL that unlinks, truncates, rewrites and copies relation files and
+	// creates and removes database folders.
+	p.exec("CREATE DATABASE d2 STRATEGY FILE_COPY")
+	p.exec("CREATE DATABASE d3")
+	p.exec("DROP DATABASE d3")
+	p.exec("CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 50000) g")
+	p.exec("CREATE INDEX ON tt (s)")
+	p.exec("TRUNCATE tt")
+	p.exec("INSERT INTO tt SELECT g, md5(g::text) FROM generate_series(1, 5) g")
+	p.exec("VACUUM FULL pgbench_tellers")
+	p.exec("CREATE TABLE gone AS SELECT generate_series(1, 1000) g")
+	p.exec("DROP TABLE gone")
 	p.exec("CHECKPOINT")
 	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
+	ddl := p.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text")
+	if !strings.HasPrefix(ddl, "5 1 ") {
+		t.Fatalf("after DDL: %s", ddl)
+	}
 	before := p.query(checkSQL)
 	fields := strings.Fields(before)
 	if len(fields) != 5 || fields[0] != "200000" || fields[1] != fields[2] || fields[1] != fields[3] {
@@ -251,6 +267,9 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	after := p2.query(checkSQL)
 	if after != before {
 		t.Fatalf("after restart %s; before %s", after, before)
+	}
+	if got := p2.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text"); got != ddl {
+		t.Fatalf("after restart DDL state %q; before %q", got, ddl)
 	}
 	p2.run("pg_amcheck", "--all", "--heapallindexed")
 	// New writes work on the fresh compute too.
