@@ -115,7 +115,7 @@ func waitSync(t testing.TB, srv *pgtest.Server, n int) {
 func TestThreeSafekeepersPgbench(t *testing.T) {
 	c := startCluster(t)
 	waitSync(t, c.srv, 3)
-	scale, dur := "2", "10"
+	scale, dur := "2", "6"
 	if longTests() {
 		scale, dur = "10", "30"
 	}

@@ -37,6 +37,11 @@ func skprocBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		// Postgres (another OS user) runs it as restore_command.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
 		binPath = filepath.Join(dir, "skproc")
 		out, err := exec.Command("go", "build", "-o", binPath, "./internal/skproc").CombinedOutput()
 		if err != nil {
@@ -279,7 +284,7 @@ func TestKillOneSafekeeperDuringPgbench(t *testing.T) {
 	if out, err := c.srv.Pgbench("-i", "-s", "2", "postgres"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	dur := 12
+	dur := 9
 	if longTests() {
 		dur = 30
 	}

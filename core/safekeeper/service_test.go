@@ -22,7 +22,7 @@ import (
 func TestWALServiceFeedbackAndFetch(t *testing.T) {
 	c := startCluster(t, func(cfg *Config) { cfg.Archive.KeepLocal = false })
 	waitSync(t, c.srv, 3)
-	if out, err := c.srv.Pgbench("-i", "-s", "3", "postgres"); err != nil {
+	if out, err := c.srv.Pgbench("-i", "-s", "2", "postgres"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	end := testpg.FlushLSN(t, c.srv)

@@ -17,6 +17,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fetch" {
+		os.Exit(fetchMain(os.Args[2:]))
+	}
 	cfg := safekeeper.DefaultConfig()
 	fl := pflag.NewFlagSet("skproc", pflag.ExitOnError)
 	safekeeper.BindFlags(fl, &cfg)
