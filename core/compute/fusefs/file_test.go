@@ -265,6 +265,15 @@ func TestOtherFilesAndWAL(t *testing.T) {
 	if want := []string{"global", "postgresql.auto.conf"}; !equal(names, want) {
 		t.Fatalf("readdir = %v; want %v", names, want)
 	}
+	// fsync of a folder (Postgres' fsync_fname(dir, true)) is a durability wait.
+	before := fsys.Waits().Count(OpFsync, relpath.KindOther)
+	d, err := os.Open(filepath.Join(e.mnt, "global"))
+	must(err)
+	must(d.Sync())
+	d.Close()
+	if fsys.Waits().Count(OpFsync, relpath.KindOther) != before+1 {
+		t.Fatal("folder fsync did not wait for durability")
+	}
 	// Local-only files are not stored.
 	must(os.WriteFile(filepath.Join(e.mnt, "postmaster.pid"), []byte("123\n"), 0o600))
 	// pg_wal: scratch passthrough, W follows WAL writes.
