@@ -122,8 +122,18 @@ func (t *Timeline) putLocked(cs []Change, gated bool) error {
 		}
 	}
 	t.maybeFreeze()
+	// Backpressure: a writer that outruns flushing flushes itself.
+	t.mu.RLock()
+	behind := len(t.frozen) > maxFrozen
+	t.mu.RUnlock()
+	if behind {
+		return t.flushFrozen(context.Background())
+	}
 	return nil
 }
+
+// maxFrozen bounds the frozen in-memory layers waiting for a flush.
+const maxFrozen = 4
 
 func insertVersion(vs []layer.Version, v layer.Version) []layer.Version {
 	i := len(vs)
