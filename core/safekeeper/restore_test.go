@@ -19,7 +19,12 @@ import (
 // TestRestoreCommandFromSafekeepers: a base backup of the primary, restored
 // with restore_command = '<wal fetch> %f %p', replays the WAL written after
 // the backup from the safekeepers alone, and has every acknowledged commit.
+//
+// It takes about a minute, so it runs with STRATA_LONG_TESTS=1.
 func TestRestoreCommandFromSafekeepers(t *testing.T) {
+	if !longTests() {
+		t.Skip("STRATA_LONG_TESTS=1 runs the restore_command test")
+	}
 	c := startProcCluster(t)
 	waitSync(t, c.srv, 3)
 	l := startLedger(t, c.srv, 2)
@@ -27,10 +32,11 @@ func TestRestoreCommandFromSafekeepers(t *testing.T) {
 
 	root := pgtest.MkdirOwned(t, "strata-restore-")
 	data := filepath.Join(root, "data")
-	cmd, err := pgtest.Command("pg_basebackup", "-D", data, "-X", "fetch", "-h", "127.0.0.1", "-p", fmt.Sprint(c.srv.Port), "-U", "postgres", "--no-sync")
+	cmd, err := pgtest.Command("pg_basebackup", "-D", data, "-X", "fetch", "-h", "127.0.0.1", "-p", fmt.Sprint(c.srv.Port), "-U", testpg.ReplUser, "--no-sync")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Env = append(cmd.Env, "PGPASSWORD="+testpg.ReplPassword)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_basebackup: %v\n%s", err, out)
 	}
