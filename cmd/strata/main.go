@@ -76,14 +76,14 @@ chosen in one YAML file (--config, default configs/local.yaml).`,
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "override log.level (debug, info, warn, error)")
 	root.PersistentFlags().StringVar(&a.logFormat, "log-format", "", "override log.format (auto, json, console)")
 	wal := &cobra.Command{Use: "wal", Short: "Read WAL: dump records and statistics, fetch segments"}
-	wal.AddCommand(newWALDumpCmd(), newWALFetchCmd())
+	wal.AddCommand(newWALDumpCmd(), newWALFetchCmd(a))
 	root.AddCommand(
 		newUpCmd(a),
 		newDownCmd(a),
 		newStatusCmd(a),
 		newObjectStoreCmd(a),
 		wal,
-		newSafekeeperCmd(),
+		newSafekeeperCmd(a),
 		newPageserverCmd(),
 		newTimelineCmd(),
 		newBenchCmd(),

@@ -5,17 +5,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/stratadb/strata/core/logging"
+	"github.com/stratadb/strata/core/metrics"
+	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
+	"github.com/stratadb/strata/sdk/objectstore"
 )
 
-// newSafekeeperCmd returns `strata safekeeper`: one WAL safekeeper. Until the
-// root command hands it the YAML config (key safekeeper:), every setting is
-// also a flag, so it runs standalone.
-func newSafekeeperCmd() *cobra.Command {
+// newSafekeeperCmd returns `strata safekeeper`: one WAL safekeeper. Its own
+// settings are flags (strata up passes them); logging and the archive's
+// object store come from the config file.
+func newSafekeeperCmd(a *app) *cobra.Command {
 	cfg := safekeeper.DefaultConfig()
-	var archiveDir, logLevel, logFormat string
+	var archiveDir string
 	cmd := &cobra.Command{
 		Use:   "safekeeper",
 		Short: "Run a WAL safekeeper (the pg-stream replication plugin)",
@@ -33,19 +35,30 @@ Postgres needs a replication user with a password, for example:
     --peers 127.0.0.1:7677,127.0.0.1:7678 --archive --archive-dir /var/lib/strata/objects`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logging.New(os.Stderr, logLevel, logFormat)
+			full, err := a.load()
 			if err != nil {
 				return err
 			}
-			log = log.With().Str("component", "safekeeper").Logger()
+			log, err := a.logger(full, "safekeeper")
+			if err != nil {
+				return err
+			}
+			log = log.With().Str("safekeeper", cfg.ID).Logger()
 			if cfg.Postgres == "" {
 				// strata up passes the replication password in the
 				// environment rather than in argv.
 				cfg.Postgres = os.Getenv("STRATA_SAFEKEEPER_POSTGRES")
 			}
-			deps := safekeeper.Deps{Logger: log}
-			if archiveDir != "" {
-				st, err := fs.New(fs.Config{Root: archiveDir}, log)
+			reg := metrics.NewRegistry()
+			deps := safekeeper.Deps{Logger: log, Registry: reg}
+			if cfg.Archive.Enabled {
+				var st objectstore.Store
+				if archiveDir != "" {
+					st, err = fs.New(fs.Config{Root: archiveDir}, log)
+				} else {
+					// The object store of the config file (objectstore:).
+					st, err = objstore.Open(cmd.Context(), full.ObjectStore, log, reg)
+				}
 				if err != nil {
 					return err
 				}
@@ -60,8 +73,6 @@ Postgres needs a replication user with a password, for example:
 		},
 	}
 	safekeeper.BindFlags(cmd.Flags(), &cfg)
-	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "fs object store root to archive WAL into (with --archive)")
-	cmd.Flags().StringVar(&logLevel, "safekeeper-log-level", "info", "log level (debug, info, warn, error)")
-	cmd.Flags().StringVar(&logFormat, "safekeeper-log-format", "auto", "log format (auto, json, console)")
+	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "archive into an fs object store at this folder instead of the config's objectstore (with --archive)")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 )
@@ -16,10 +17,11 @@ import (
 // restore_command ('strata wal fetch %f %p --safekeepers ...'): it copies a
 // WAL segment from the first safekeeper that holds it (only quorum-committed
 // WAL) or else from the archive, and exits non-zero when neither has it.
-func newWALFetchCmd() *cobra.Command {
+func newWALFetchCmd(a *app) *cobra.Command {
 	var (
 		o          safekeeper.FetchOptions
 		archiveDir string
+		noArchive  bool
 	)
 	cmd := &cobra.Command{
 		Use:     "fetch SEGMENT DEST",
@@ -28,8 +30,25 @@ func newWALFetchCmd() *cobra.Command {
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, dest := args[0], args[1]
-			if archiveDir != "" {
+			switch {
+			case archiveDir != "":
 				st, err := fs.New(fs.Config{Root: archiveDir}, zerolog.Nop())
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				o.Archive = st
+			case !noArchive:
+				// The object store of the config file.
+				full, err := a.load()
+				if err != nil {
+					return err
+				}
+				log, err := a.logger(full, "wal-fetch")
+				if err != nil {
+					return err
+				}
+				st, err := objstore.Open(cmd.Context(), full.ObjectStore, log, nil)
 				if err != nil {
 					return err
 				}
@@ -59,7 +78,8 @@ func newWALFetchCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&o.Safekeepers, "safekeepers", nil, "gRPC addresses of safekeepers, tried in order")
-	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "fs object store root with archived WAL")
+	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "read the archive from an fs object store at this folder instead of the config's objectstore")
+	cmd.Flags().BoolVar(&noArchive, "no-archive", false, "ask the safekeepers only")
 	cmd.Flags().StringVar(&o.Prefix, "archive-prefix", "wal", "object key prefix of archived WAL")
 	cmd.Flags().Uint64Var(&o.SystemID, "system-id", 0, "Postgres system identifier in the archive (default: from a safekeeper, or the only one)")
 	return cmd

@@ -320,6 +320,10 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 		"--data-dir", dir,
 		"--listen", c.safekeeperAddr(i),
 		"--peers", strings.Join(peers, ","),
+		// Every safekeeper archives to the cluster's object store under
+		// the same prefix: archive keys are content-addressed by segment,
+		// and a segment's bytes are the same on every safekeeper.
+		"--archive",
 	}
 	if c.cfg.Cluster.MetricsPort > 0 {
 		args = append(args, "--metrics-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Cluster.MetricsPort+i)))

@@ -17,6 +17,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/plugins/objectstore/fs"
+	"github.com/stratadb/strata/sdk/objectstore"
 )
 
 func freePorts(t *testing.T, n int) []int {
@@ -112,7 +114,7 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 }
 
 func TestUpDownUpKeepsData(t *testing.T) {
-	c, _ := newTestCluster(t)
+	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	url, err := c.Up(ctx, func(s string) { t.Log(s) })
@@ -141,6 +143,26 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	if streaming < 2 || st.CurrentLSN == 0 {
 		t.Fatalf("status: %+v", st)
 	}
+	// The safekeepers archive finished segments to the configured store.
+	exec1(t, ctx, url, "SELECT pg_switch_wal()")
+	exec1(t, ctx, url, "INSERT INTO t VALUES (1001, 'after switch')")
+	store, err := fs.New(cfg.ObjectStore.FS, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	archived := 0
+	for deadline := time.Now().Add(60 * time.Second); archived == 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		store.List(ctx, "wal/", func(o objectstore.ObjectInfo) error {
+			if o.Size == 16<<20 {
+				archived++
+			}
+			return nil
+		})
+	}
+	if archived == 0 {
+		t.Fatal("no full WAL segment archived to the object store within 60s")
+	}
 	// A second up on a running cluster only prints the URL.
 	if url2, err := c.Up(ctx, func(string) {}); err != nil || url2 != url {
 		t.Fatalf("second up: %q %v", url2, err)
@@ -166,7 +188,7 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1000 {
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1001 {
 		t.Fatalf("after restart: %d rows, %v", n, err)
 	}
 }
