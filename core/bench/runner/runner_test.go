@@ -74,6 +74,12 @@ checkpoint_before_window: true
 		if len(full.TimeSeries["nopm"]) < 3 || full.Machine["server_version"] == "" || full.GitRev != "test" {
 			t.Fatalf("series/machine %v %v", full.TimeSeries, full.Machine)
 		}
+		// TPM counts commits and rollbacks of the workload, not the
+		// samplers' (which use their own database): HammerDB's mix gives
+		// about 2.3 transactions per new order.
+		if ratio := full.TPM / full.NOPM; ratio < 1.8 || ratio > 3.5 {
+			t.Fatalf("TPM/NOPM = %.2f", ratio)
+		}
 		byFPW[full.Settings["full_page_writes"]] = full
 	}
 	on, off := byFPW["on"], byFPW["off"]
