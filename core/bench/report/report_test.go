@@ -212,3 +212,11 @@ func TestHTMLInBrowser(t *testing.T) {
 		t.Fatalf("screenshot %v %v", fi, err)
 	}
 }
+
+func TestFmtNum(t *testing.T) {
+	for v, want := range map[float64]string{16: "16", 75: "75", 18.75: "18.75", 12.5: "12.5", 20000: "20k", 12500: "12.5k", 250: "250", 0.25: "0.25", 0: "0"} {
+		if got := fmtNum(v); got != want {
+			t.Errorf("fmtNum(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

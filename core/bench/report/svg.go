@@ -45,12 +45,8 @@ func niceMax(v float64) float64 {
 func fmtNum(v float64) string {
 	switch {
 	case v >= 10000:
-		return fmt.Sprintf("%.0fk", v/1000)
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case v == math.Trunc(v):
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1000), ".0") + "k"
+	case v == math.Trunc(v) || v >= 100:
 		return fmt.Sprintf("%.0f", v)
 	default:
 		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
