@@ -23,6 +23,6 @@ go test -p 2 -timeout 20m -count=1 ./... 2>&1 | tee /tmp/strata-test.log
 fuzz_pkg=./plugins/redo/postgres/wal
 if go test -list 'Fuzz.*' "$fuzz_pkg" 2>/dev/null | grep -q '^FuzzDecode$'; then
   echo "== fuzz FuzzDecode for 60s"
-  go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 60s "$fuzz_pkg"
+  go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 60s -fuzzminimizetime 2s "$fuzz_pkg"
 fi
 echo "== done in $(( $(date +%s) - start ))s"
