@@ -11,6 +11,7 @@ package azuretest
 
 import (
 	"fmt"
+	"github.com/stratadb/strata/internal/emulator"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,12 +44,12 @@ type Azurite struct {
 // missing the test is skipped, or fails if STRATA_REQUIRE_EMULATORS=1.
 func StartAzurite(t testing.TB) *Azurite {
 	t.Helper()
-	bin := findBinary(t, "azurite-blob")
+	bin := emulator.FindBinary(t, "azurite-blob")
 	az := &Azurite{Dir: filepath.Join(t.TempDir(), "azurite")}
 	if err := os.MkdirAll(az.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port, _ := startProcess(t, bin, func(port int) []string {
+	port, _ := emulator.StartProcess(t, bin, func(port int) []string {
 		return []string{
 			"--blobHost", "127.0.0.1",
 			"--blobPort", strconv.Itoa(port),
@@ -68,7 +69,7 @@ func StartAzurite(t testing.TB) *Azurite {
 // azuriteReady succeeds once the blob service answers HTTP (any status: an
 // unauthenticated request is refused, which is an answer).
 func azuriteReady(port int) error {
-	if err := dialReady(port); err != nil {
+	if err := emulator.DialReady(port); err != nil {
 		return err
 	}
 	c := http.Client{Timeout: 2 * time.Second}

@@ -12,6 +12,7 @@ package s3test
 
 import (
 	"fmt"
+	"github.com/stratadb/strata/internal/emulator"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ type VersityGW struct {
 // missing the test is skipped, or fails if STRATA_REQUIRE_EMULATORS=1.
 func StartVersityGW(t testing.TB) *VersityGW {
 	t.Helper()
-	bin := findBinary(t, "versitygw")
+	bin := emulator.FindBinary(t, "versitygw")
 	gw := &VersityGW{
 		AccessKey: "strata-test-access",
 		SecretKey: "strata-test-secret-key-0123456789",
@@ -48,7 +49,7 @@ func StartVersityGW(t testing.TB) *VersityGW {
 	if err := os.MkdirAll(gw.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port, _ := startProcess(t, bin, func(port int) []string {
+	port, _ := emulator.StartProcess(t, bin, func(port int) []string {
 		return []string{
 			"--access", gw.AccessKey,
 			"--secret", gw.SecretKey,
@@ -64,7 +65,7 @@ func StartVersityGW(t testing.TB) *VersityGW {
 }
 
 func healthReady(port int) error {
-	if err := dialReady(port); err != nil {
+	if err := emulator.DialReady(port); err != nil {
 		return err
 	}
 	c := http.Client{Timeout: 2 * time.Second}
@@ -74,7 +75,7 @@ func healthReady(port int) error {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: GET /health: %s", errNotReady, resp.Status)
+		return fmt.Errorf("%w: GET /health: %s", emulator.ErrNotReady, resp.Status)
 	}
 	return nil
 }

@@ -1,4 +1,9 @@
-package s3test
+// Package emulator starts object store emulators (versitygw, Azurite, ...)
+// as subprocesses for tests: it finds the binary that
+// scripts/emulators/install.sh installs, picks a free port on 127.0.0.1,
+// waits until the emulator answers, and stops exactly the process it started
+// when the test ends, even on failure. Tests only.
+package emulator
 
 import (
 	"bytes"
@@ -19,10 +24,10 @@ import (
 // a skipped test into a failed one (CI sets it to 1).
 const RequireEnv = "STRATA_REQUIRE_EMULATORS"
 
-// findBinary looks for an emulator command in PATH, $GOBIN, $GOPATH/bin and
+// FindBinary looks for an emulator command in PATH, $GOBIN, $GOPATH/bin and
 // ~/go/bin (where scripts/emulators/install.sh puts it). When it is missing
 // the test is skipped, or failed when STRATA_REQUIRE_EMULATORS=1.
-func findBinary(t testing.TB, name string) string {
+func FindBinary(t testing.TB, name string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
@@ -61,19 +66,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// process is one emulator subprocess that the test started.
-type process struct {
+// Process is one emulator subprocess that the test started.
+type Process struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	out  *tailBuffer
 }
 
-// startProcess starts bin with args(port) on a free port, waits until
+// StartProcess starts bin with args(port) on a free port, waits until
 // ready(port) succeeds, and stops exactly that process (SIGTERM, then
 // SIGKILL after 5 s) when t ends. The child also gets SIGKILL if the test
-// process dies first. A start that exits early (a port taken in between)
+// Process dies first. A start that exits early (a port taken in between)
 // is retried on a new port.
-func startProcess(t testing.TB, bin string, args func(port int) []string, ready func(port int) error) (int, *process) {
+func StartProcess(t testing.TB, bin string, args func(port int) []string, ready func(port int) error) (int, *Process) {
 	t.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -81,7 +86,7 @@ func startProcess(t testing.TB, bin string, args func(port int) []string, ready 
 		if err != nil {
 			t.Fatalf("finding a free port: %v", err)
 		}
-		p := &process{done: make(chan struct{}), out: &tailBuffer{max: 64 << 10}}
+		p := &Process{done: make(chan struct{}), out: &tailBuffer{max: 64 << 10}}
 		p.cmd = exec.Command(bin, args(port)...)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -100,7 +105,7 @@ func startProcess(t testing.TB, bin string, args func(port int) []string, ready 
 	return 0, nil
 }
 
-func (p *process) waitReady(port int, ready func(int) error) error {
+func (p *Process) waitReady(port int, ready func(int) error) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
@@ -119,7 +124,7 @@ func (p *process) waitReady(port int, ready func(int) error) error {
 	}
 }
 
-func (p *process) stop(t testing.TB) {
+func (p *Process) stop(t testing.TB) {
 	select {
 	case <-p.done:
 		return
@@ -137,8 +142,8 @@ func (p *process) stop(t testing.TB) {
 	}
 }
 
-// dialReady succeeds once something accepts TCP connections on the port.
-func dialReady(port int) error {
+// DialReady succeeds once something accepts TCP connections on the port.
+func DialReady(port int) error {
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
 	if err != nil {
 		return err
@@ -169,4 +174,6 @@ func (b *tailBuffer) String() string {
 	return b.buf.String()
 }
 
-var errNotReady = errors.New("not ready")
+// ErrNotReady is what a readiness probe returns while the emulator is not
+// answering yet; StartProcess keeps probing until it returns nil.
+var ErrNotReady = errors.New("emulator: not ready")

@@ -1,4 +1,4 @@
-package s3test
+package emulator
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func TestFindBinaryMissing(t *testing.T) {
 	for _, req := range []string{"", "1"} {
 		t.Setenv(RequireEnv, req)
 		r := &recorder{TB: t}
-		findBinary(r, "no-such-emulator")
+		FindBinary(r, "no-such-emulator")
 		want := "skip: "
 		if req == "1" {
 			want = "fatal: "
@@ -52,22 +52,22 @@ func TestFindBinaryInGOPATH(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	t.Setenv("GOBIN", "")
 	t.Setenv("GOPATH", gopath)
-	if got := findBinary(t, "fake-emulator"); got != bin {
+	if got := FindBinary(t, "fake-emulator"); got != bin {
 		t.Fatalf("findBinary = %q, want %q", got, bin)
 	}
 }
 
-// TestProcessStopped: startProcess stops exactly the process it started
+// TestProcessStopped: StartProcess stops exactly the process it started
 // when the test ends, and retries a process that exits at once.
 func TestProcessStopped(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Skip("no sh")
 	}
-	var p *process
+	var p *Process
 	t.Run("inner", func(t *testing.T) {
 		starts := 0
-		_, p = startProcess(t, sh, func(port int) []string {
+		_, p = StartProcess(t, sh, func(port int) []string {
 			starts++
 			if starts == 1 {
 				return []string{"-c", "exit 3"} // dies before it is ready
@@ -75,7 +75,7 @@ func TestProcessStopped(t *testing.T) {
 			return []string{"-c", "sleep 60"}
 		}, func(int) error {
 			if starts == 1 {
-				return errNotReady
+				return ErrNotReady
 			}
 			return nil
 		})
