@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,14 +76,12 @@ func emulator(t *testing.T, tune func(*gcs.Config)) func(t *testing.T) *gcs.Stor
 // TestAcceptance runs the objectstore acceptance suite against
 // fake-gcs-server. The emulator keeps objects in this process's memory, so
 // the heap check of the big object cannot apply. Its resumable uploads slow
-// down as the object grows (a 256 MiB Put took 56 s here, against 3 s for
-// versitygw), so the big object is 64 MiB unless STRATA_LONG_TESTS=1.
+// down as the object grows (a 256 MiB Put took 56 s on a loaded machine,
+// against 3 s for versitygw), but the issue asks for 256 MiB on every store,
+// so it runs at full size.
 func TestAcceptance(t *testing.T) {
 	open := emulator(t, nil)
-	big := int64(64 << 20)
-	if os.Getenv("STRATA_LONG_TESTS") == "1" {
-		big = 256 << 20
-	}
+	big := int64(256 << 20)
 	storetest.RunOptions(t, func(t *testing.T) objectstore.Store { return open(t) },
 		storetest.Options{MaxKeyLen: objectstore.MaxKeyLen - len("run/NN/"), BigSize: big})
 }
