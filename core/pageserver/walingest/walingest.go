@@ -1,0 +1,287 @@
+// Package walingest feeds a pageserver timeline from PostgreSQL 15 WAL: it
+// reads WAL pages from any wal.Source (pg_wal segments, a byte stream from
+// the safekeepers), decodes the records with plugins/redo/postgres/wal and
+// turns each into timeline versions through ingest.Apply:
+//
+//   - a block reference with an applied full page image becomes an image of
+//     the page at the record's end LSN (the page LSN set to that end LSN, as
+//     Postgres' redo does);
+//   - any other block reference becomes a delta (WillInit when the record
+//     initializes the page) whose data is the whole record, see EncodeDelta;
+//     the visibility-map pages that heap records clear implicitly get the
+//     same delta; Redo materializes such chains with a sdk/redo engine;
+//   - blocks past a relation's end extend it (ingest.Apply);
+//   - SMGR CREATE creates an empty fork, SMGR TRUNCATE shrinks the main fork
+//     and the visibility map, Database DROP drops every relation of the
+//     database, RelMap UPDATE writes pg_filenode.map.
+//
+// Not handled (see docs/design/pageserver.md, "WAL ingest"): CLOG and other
+// SLRU pages, the FSM's size after a truncation, the partial VM page clear
+// of a truncation, CREATE DATABASE with the FILE_COPY strategy (an error).
+package walingest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/stratadb/strata/core/pageserver/ingest"
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/plugins/redo/postgres"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/redo"
+)
+
+// Sentinel errors.
+var (
+	// ErrUnsupported: a record needs an operation this package does not do.
+	ErrUnsupported = errors.New("walingest: unsupported record")
+	// ErrBadDelta: a stored delta is not an EncodeDelta value.
+	ErrBadDelta = errors.New("walingest: malformed delta")
+)
+
+const globalTablespace = 1664
+
+// EncodeDelta is the delta value stored for a record: its start LSN and end
+// LSN (8 bytes each, big endian) followed by the raw record.
+func EncodeDelta(r *wal.Record) []byte {
+	b := make([]byte, 16+len(r.Raw))
+	binary.BigEndian.PutUint64(b, uint64(r.LSN))
+	binary.BigEndian.PutUint64(b[8:], uint64(r.EndLSN))
+	copy(b[16:], r.Raw)
+	return b
+}
+
+// DecodeDelta parses an EncodeDelta value; Data aliases b.
+func DecodeDelta(b []byte) (redo.Record, error) {
+	if len(b) < 16+wal.RecordHeaderSize {
+		return redo.Record{}, fmt.Errorf("%w: %d bytes", ErrBadDelta, len(b))
+	}
+	return redo.Record{LSN: pg.LSN(binary.BigEndian.Uint64(b)), EndLSN: pg.LSN(binary.BigEndian.Uint64(b[8:])), Data: b[16:]}, nil
+}
+
+// Convert turns the page-level effects of r into an ingest.Record at
+// r.EndLSN: images for applied FPIs, deltas for the other block references
+// and for implicit VM clears, and pg_filenode.map for RelMap updates.
+// File-level operations (create, truncate, drop) are left to the Ingester.
+func Convert(r *wal.Record) (ingest.Record, error) {
+	out := ingest.Record{LSN: r.EndLSN}
+	var delta []byte
+	seen := map[pg.PageKey]bool{}
+	for i := range r.Blocks {
+		b := &r.Blocks[i]
+		seen[b.Page] = true
+		if b.ApplyImage {
+			img := make([]byte, pg.BlockSize)
+			// RedoBlock restores the image and sets the page LSN.
+			if err := postgres.RedoBlock(r, b, img, postgres.Options{}); err != nil {
+				return out, fmt.Errorf("walingest: image of %s at %s: %w", b.Page, r.LSN, err)
+			}
+			out.Blocks = append(out.Blocks, ingest.BlockChange{Page: b.Page, Kind: layer.Image, Data: img})
+			continue
+		}
+		if delta == nil {
+			delta = EncodeDelta(r)
+		}
+		k := layer.Delta
+		if b.WillInit() {
+			k = layer.WillInit
+		}
+		out.Blocks = append(out.Blocks, ingest.BlockChange{Page: b.Page, Kind: k, Data: delta})
+	}
+	for _, c := range postgres.VMClears(r) {
+		if seen[c.Page] {
+			continue
+		}
+		seen[c.Page] = true
+		if delta == nil {
+			delta = EncodeDelta(r)
+		}
+		out.Blocks = append(out.Blocks, ingest.BlockChange{Page: c.Page, Kind: layer.Delta, Data: delta})
+	}
+	u, ok, err := postgres.RelMap(r)
+	if err != nil {
+		return out, fmt.Errorf("walingest: %w", err)
+	}
+	if ok {
+		out.Files = append(out.Files, ingest.FileBlock{Path: relMapPath(u.Spc, u.DB), Data: append([]byte(nil), u.File...)})
+	}
+	return out, nil
+}
+
+func relMapPath(spc, db uint32) string {
+	if spc == globalTablespace {
+		return "global/pg_filenode.map"
+	}
+	return fmt.Sprintf("base/%d/pg_filenode.map", db)
+}
+
+// Redo adapts a sdk/redo engine to timeline.Redo for EncodeDelta deltas
+// of relation pages. It is safe for concurrent use if the engine is.
+type Redo struct{ Engine redo.Redoer }
+
+var _ timeline.Redo = Redo{}
+
+// Apply implements timeline.Redo.
+func (r Redo) Apply(key keyspace.Key, lsn pg.LSN, base []byte, records [][]byte) ([]byte, error) {
+	if !key.IsRelBlock() {
+		return nil, fmt.Errorf("%w: delta on non-relation key %s", ErrBadDelta, key)
+	}
+	req := redo.Request{Key: key.PageKey(), Base: base}
+	for _, d := range records {
+		rr, err := DecodeDelta(d)
+		if err != nil {
+			return nil, err
+		}
+		req.Records = append(req.Records, rr)
+	}
+	res, err := r.Engine.Redo(context.Background(), []redo.Request{req})
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 {
+		return nil, fmt.Errorf("walingest: redo engine answered %d results for 1 request", len(res))
+	}
+	return res[0].Page, res[0].Err
+}
+
+// Ingester applies WAL to one timeline. Its fields are set before Run and
+// not changed after; one Run at a time.
+type Ingester struct {
+	TL *timeline.Timeline
+	// Feedback (may be nil) receives the timeline's positions after every
+	// applied batch.
+	Feedback ingest.Feedback
+	// BatchSize is the number of records per timeline.Ingest call (0: 256).
+	BatchSize int
+}
+
+// Run reads records from src starting at the first record at or after
+// start and applies them until src reports the end of WAL (returns the end
+// LSN of the last applied record and nil) or fails, or ctx ends.
+func (in *Ingester) Run(ctx context.Context, src wal.Source, start pg.LSN) (pg.LSN, error) {
+	rd := wal.NewReader(src, start)
+	bs := in.BatchSize
+	if bs <= 0 {
+		bs = 256
+	}
+	var batch []ingest.Record
+	var end pg.LSN
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := ingest.Apply(ctx, in.TL, batch, end); err != nil {
+			return err
+		}
+		batch = batch[:0]
+		if in.Feedback != nil {
+			in.Feedback.Report(in.TL.ID(), in.TL.LSNs())
+		}
+		return nil
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return end, err
+		}
+		r, err := rd.Next()
+		if errors.Is(err, wal.ErrEndOfWAL) {
+			return end, flush()
+		}
+		if err != nil {
+			return end, err
+		}
+		ops, err := postgres.FileOps(r)
+		if err != nil {
+			return end, err
+		}
+		tr, isTrunc, err := postgres.SMGRTruncation(r)
+		if err != nil {
+			return end, err
+		}
+		if len(ops) > 0 || isTrunc {
+			// File-level operations look at the timeline: apply what precedes.
+			if err := flush(); err != nil {
+				return end, err
+			}
+			rels, err := in.fileOps(ctx, r, ops, tr, isTrunc)
+			if err != nil {
+				return end, err
+			}
+			rec, err := Convert(r)
+			if err != nil {
+				return end, err
+			}
+			rec.Rels = append(rels, rec.Rels...)
+			end = r.EndLSN
+			batch = append(batch, rec)
+			if err := flush(); err != nil {
+				return end, err
+			}
+			continue
+		}
+		rec, err := Convert(r)
+		if err != nil {
+			return end, err
+		}
+		end = r.EndLSN
+		batch = append(batch, rec)
+		if len(batch) >= bs {
+			if err := flush(); err != nil {
+				return end, err
+			}
+		}
+	}
+}
+
+func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool) ([]ingest.RelChange, error) {
+	var out []ingest.RelChange
+	for _, op := range ops {
+		switch op.Kind {
+		case "create-fork":
+			_, exists, err := in.TL.Nblocks(ctx, op.Rel, timeline.LatestLSN)
+			if err != nil {
+				return nil, err
+			}
+			if !exists {
+				out = append(out, ingest.RelChange{Rel: op.Rel, Nblocks: 0})
+			}
+		case "create-database":
+			if op.SrcDB != 0 {
+				return nil, fmt.Errorf("%w: CREATE DATABASE with the FILE_COPY strategy at %s", ErrUnsupported, r.LSN)
+			}
+			// WAL_LOG strategy: the pages follow as images.
+		case "drop-database":
+			for _, spc := range op.Spcs {
+				rels, err := in.TL.ListRels(ctx, keyspace.DBRange(spc, op.DB), timeline.LatestLSN)
+				if err != nil {
+					return nil, err
+				}
+				for _, rel := range rels {
+					out = append(out, ingest.RelChange{Rel: rel, Drop: true})
+				}
+			}
+		}
+	}
+	if isTrunc {
+		if tr.Flags&postgres.TruncateHeap != 0 {
+			out = append(out, ingest.RelChange{Rel: tr.Rel, Nblocks: tr.Blocks})
+		}
+		if tr.Flags&postgres.TruncateVM != 0 {
+			vm := tr.Rel
+			vm.Fork = pg.VMFork
+			n, exists, err := in.TL.Nblocks(ctx, vm, timeline.LatestLSN)
+			if err != nil {
+				return nil, err
+			}
+			if nb, _ := postgres.VMBlocksAfterTruncate(tr.Blocks); exists && nb < n {
+				out = append(out, ingest.RelChange{Rel: vm, Nblocks: nb})
+			}
+		}
+	}
+	return out, nil
+}
