@@ -1,0 +1,712 @@
+// Package psbackend is the compute's fusefs.Backend on the pageserver, in
+// writeback mode: page images and non-relation files written by Postgres go
+// to one pageserver timeline through the gRPC client, each tagged with W
+// (the compute's WAL position), and the pageserver keeps them pending until
+// the commit LSN reaches W (DESIGN.md invariant 2).
+//
+// One Backend serves one timeline for one primary compute, the only writer
+// of that timeline. It therefore keeps an authoritative local index: the
+// size of every relation fork, the size (and, once read, the content) of
+// every non-relation file, and the folders. Folders and their modes are not
+// a pageserver notion; they are stored in the timeline as the non-relation
+// file DirsFile, rewritten on Mkdir and on the removal of a folder.
+//
+// Sync(w) waits until the pageserver reports every version tagged at or
+// below w durable. In a cluster the safekeepers' commit LSN drives that;
+// with Options.StandaloneCommit the Backend advances the timeline's commit
+// LSN to w itself (tests and single-node use without safekeepers).
+package psbackend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/pageserver"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// DirsFile is the non-relation file that records the folders and their
+// modes, one "mode path" line each after a "strata-dirs N" header.
+const DirsFile = ".strata_dirs"
+
+// ErrClosed: the Backend was closed.
+var ErrClosed = errors.New("psbackend: closed")
+
+// Options configure a Backend.
+type Options struct {
+	// StandaloneCommit makes Sync advance the timeline's commit LSN to w
+	// itself (AdvanceCommitLSN) before waiting. Only for a timeline whose
+	// commit LSN is the pageserver's settable one (no safekeepers).
+	StandaloneCommit bool
+	// SyncPoll is how often Sync re-reads the durable LSN (default 2ms).
+	SyncPoll time.Duration
+	// ZeroBatch bounds the zero pages sent in one PutPages when a fork is
+	// extended over a hole (default 256).
+	ZeroBatch int
+	Log       zerolog.Logger
+}
+
+type fileEnt struct {
+	size   int64
+	data   []byte // content when loaded
+	loaded bool
+}
+
+// Backend implements fusefs.Backend on a pageserver timeline. Safe for
+// concurrent use; the caller serializes mutations of one fork or file.
+type Backend struct {
+	c    *client.Client
+	tl   pg.TimelineID
+	opts Options
+
+	dirMu sync.Mutex // serializes folder changes (DirsFile rewrites)
+
+	mu       sync.Mutex
+	rels     map[pg.RelTag]uint32
+	files    map[string]*fileEnt
+	dirs     map[string]uint32 // path -> mode
+	maxW     pg.LSN            // highest W sent
+	durable  pg.LSN            // highest durable LSN seen
+	advanced pg.LSN            // highest commit LSN set (StandaloneCommit)
+	closed   bool
+}
+
+var _ fusefs.Backend = (*Backend)(nil)
+
+// Open loads the timeline's index (files, relation forks and their sizes,
+// folders) and returns a Backend on it. The client stays owned by the
+// caller. A timeline without DirsFile (imported from a data directory, or
+// new) gets Postgres' fixed folders plus the parents of its files.
+func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options) (*Backend, error) {
+	if opts.SyncPoll <= 0 {
+		opts.SyncPoll = 2 * time.Millisecond
+	}
+	if opts.ZeroBatch <= 0 {
+		opts.ZeroBatch = 256
+	}
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}}
+	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
+	if err != nil {
+		return nil, fmt.Errorf("psbackend: list timeline %s: %w", tl, err)
+	}
+	if len(rels) > 0 {
+		sizes, err := c.Nblocks(ctx, tl, rels, client.LatestLSN, 0)
+		if err != nil {
+			return nil, fmt.Errorf("psbackend: relation sizes: %w", err)
+		}
+		for i, r := range rels {
+			if sizes[i].Exists {
+				b.rels[r] = sizes[i].Nblocks
+			}
+		}
+	}
+	haveDirs := false
+	for _, f := range fs {
+		if f.Path == DirsFile {
+			data, err := c.GetFile(ctx, tl, DirsFile, client.LatestLSN)
+			if err != nil {
+				return nil, fmt.Errorf("psbackend: read %s: %w", DirsFile, err)
+			}
+			if b.dirs, err = decodeDirs(data); err != nil {
+				return nil, err
+			}
+			haveDirs = true
+			continue
+		}
+		b.files[f.Path] = &fileEnt{size: f.Size}
+	}
+	if !haveDirs && (len(fs) > 0 || len(rels) > 0) {
+		for _, d := range pageserver.DataDirDirs {
+			b.addDirLocked(d)
+		}
+		for p := range b.files {
+			b.addDirLocked(path.Dir(p))
+		}
+		for r := range b.rels {
+			b.addDirLocked(path.Dir(pageserver.RelPath(r, 0)))
+		}
+	}
+	return b, nil
+}
+
+func (b *Backend) addDirLocked(d string) {
+	for d != "." && d != "" && d != "/" {
+		if _, ok := b.dirs[d]; !ok {
+			b.dirs[d] = 0o700
+		}
+		d = path.Dir(d)
+	}
+}
+
+func encodeDirs(dirs map[string]uint32) []byte {
+	ps := make([]string, 0, len(dirs))
+	for p := range dirs {
+		ps = append(ps, p)
+	}
+	sort.Strings(ps)
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "strata-dirs %d\n", len(ps))
+	for _, p := range ps {
+		fmt.Fprintf(&buf, "%o %s\n", dirs[p], p)
+	}
+	return buf.Bytes()
+}
+
+// decodeDirs parses DirsFile; bytes after the counted lines are ignored
+// (a shorter rewrite whose truncation was not applied).
+func decodeDirs(data []byte) (map[string]uint32, error) {
+	lines := strings.Split(string(data), "\n")
+	var n int
+	if _, err := fmt.Sscanf(lines[0], "strata-dirs %d", &n); err != nil || n > len(lines)-1 {
+		return nil, fmt.Errorf("psbackend: corrupt %s header %q", DirsFile, lines[0])
+	}
+	out := make(map[string]uint32, n)
+	for _, l := range lines[1 : n+1] {
+		m, p, ok := strings.Cut(l, " ")
+		mode, err := strconv.ParseUint(m, 8, 32)
+		if !ok || err != nil || p == "" {
+			return nil, fmt.Errorf("psbackend: corrupt %s line %q", DirsFile, l)
+		}
+		out[p] = uint32(mode)
+	}
+	return out, nil
+}
+
+// Close marks the Backend closed (the client is the caller's).
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+// sent records that a mutation tagged w went out.
+func (b *Backend) sent(w pg.LSN, durable pg.LSN) {
+	b.mu.Lock()
+	b.maxW = max(b.maxW, w)
+	b.durable = max(b.durable, durable)
+	b.mu.Unlock()
+}
+
+func mapErr(err error) error {
+	if errors.Is(err, timeline.ErrNotFound) {
+		return fmt.Errorf("%w: %v", fusefs.ErrNotFound, err)
+	}
+	return err
+}
+
+// ListRels implements fusefs.Backend.
+func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]fusefs.RelInfo, 0, len(b.rels))
+	for r, n := range b.rels {
+		out = append(out, fusefs.RelInfo{Rel: r, Nblocks: n})
+	}
+	return out, nil
+}
+
+// CreateRel implements fusefs.Backend.
+func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
+	if err := b.c.SetRelSize(ctx, b.tl, rel, 0, w); err != nil {
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	b.rels[rel] = 0
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Backend) size(rel pg.RelTag) (uint32, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, ErrClosed
+	}
+	n, ok := b.rels[rel]
+	if !ok {
+		return 0, fmt.Errorf("%w: relation %s", fusefs.ErrNotFound, rel)
+	}
+	return n, nil
+}
+
+// Nblocks implements fusefs.Backend.
+func (b *Backend) Nblocks(ctx context.Context, rel pg.RelTag) (uint32, error) {
+	return b.size(rel)
+}
+
+// ReadPage implements fusefs.Backend: GetPage at the latest LSN, with
+// notModifiedSince capped at the highest W this Backend sent (the
+// pageserver holds every write of this compute, so it need not wait).
+func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince pg.LSN, page []byte) error {
+	n, err := b.size(key.Tag())
+	if err != nil {
+		return err
+	}
+	if key.Block >= n {
+		return fmt.Errorf("%w: block %s past the end (%d blocks)", fusefs.ErrNotFound, key, n)
+	}
+	b.mu.Lock()
+	nms := min(notModifiedSince, b.maxW)
+	b.mu.Unlock()
+	data, err := b.c.GetPage(ctx, b.tl, client.PageRequest{Page: key, RequestLSN: client.LatestLSN, NotModifiedSince: nms})
+	if errors.Is(err, timeline.ErrNotFound) {
+		clear(page)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(data) != pg.BlockSize {
+		return fmt.Errorf("psbackend: page %s has %d bytes", key, len(data))
+	}
+	copy(page, data)
+	return nil
+}
+
+// putZeros writes zero pages over blocks [from, to) of rel at w, so that
+// versions left from before a truncation never show through a hole.
+func (b *Backend) putZeros(ctx context.Context, rel pg.RelTag, from, to uint32, w pg.LSN) error {
+	zero := make([]byte, pg.BlockSize)
+	for from < to {
+		end := min(to, from+uint32(b.opts.ZeroBatch))
+		ws := make([]client.PageWrite, 0, end-from)
+		for blk := from; blk < end; blk++ {
+			ws = append(ws, client.PageWrite{Page: rel.Page(blk), W: w, Data: zero})
+		}
+		d, err := b.c.PutPages(ctx, b.tl, ws)
+		if err != nil {
+			return err
+		}
+		b.sent(w, d)
+		from = end
+	}
+	return nil
+}
+
+// WritePage implements fusefs.Backend (PutPages tagged with w).
+func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w pg.LSN) error {
+	rel := key.Tag()
+	n, err := b.size(rel)
+	if err != nil {
+		return err
+	}
+	if key.Block > n {
+		if err := b.putZeros(ctx, rel, n, key.Block, w); err != nil {
+			return err
+		}
+	}
+	d, err := b.c.PutPages(ctx, b.tl, []client.PageWrite{{Page: key, W: w, Data: page}})
+	if err != nil {
+		return err
+	}
+	b.sent(w, d)
+	b.mu.Lock()
+	if _, ok := b.rels[rel]; ok && key.Block >= b.rels[rel] {
+		b.rels[rel] = key.Block + 1
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// TruncateRel implements fusefs.Backend.
+func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32, w pg.LSN) error {
+	n, err := b.size(rel)
+	if err != nil {
+		return err
+	}
+	if nblocks > n {
+		if err := b.putZeros(ctx, rel, n, nblocks, w); err != nil {
+			return err
+		}
+	}
+	if err := b.c.SetRelSize(ctx, b.tl, rel, nblocks, w); err != nil {
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	if _, ok := b.rels[rel]; ok {
+		b.rels[rel] = nblocks
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// UnlinkRel implements fusefs.Backend.
+func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
+	if _, err := b.size(rel); err != nil {
+		return err
+	}
+	if err := b.c.DropRel(ctx, b.tl, rel, w); err != nil {
+		return mapErr(err)
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	delete(b.rels, rel)
+	b.mu.Unlock()
+	return nil
+}
+
+// List implements fusefs.Backend.
+func (b *Backend) List(ctx context.Context) ([]fusefs.FileInfo, error) {
+	b.mu.Lock()
+	out := make([]fusefs.FileInfo, 0, len(b.dirs)+len(b.files))
+	for p, m := range b.dirs {
+		out = append(out, fusefs.FileInfo{Path: p, Dir: true, Mode: m})
+	}
+	for p, f := range b.files {
+		out = append(out, fusefs.FileInfo{Path: p, Mode: 0o600, Size: f.size})
+	}
+	b.mu.Unlock()
+	// Parents before children: fewer slashes first.
+	sort.Slice(out, func(i, j int) bool {
+		di, dj := strings.Count(out[i].Path, "/"), strings.Count(out[j].Path, "/")
+		if di != dj {
+			return di < dj
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}
+
+func (b *Backend) parentExistsLocked(p string) bool {
+	d := path.Dir(p)
+	if d == "." {
+		return true
+	}
+	_, ok := b.dirs[d]
+	return ok
+}
+
+func (b *Backend) existsLocked(p string) bool {
+	_, f := b.files[p]
+	_, d := b.dirs[p]
+	return f || d
+}
+
+func validPath(p string) error {
+	if p == "" || p == DirsFile || path.Clean(p) != p || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "../") {
+		return fmt.Errorf("psbackend: invalid path %q", p)
+	}
+	return nil
+}
+
+// writeDirs stores the folder list at w. REQUIRES: b.dirMu held, so that
+// rewrites reach the pageserver in the order of the snapshots.
+func (b *Backend) writeDirs(ctx context.Context, data []byte, w pg.LSN) error {
+	if err := b.c.WriteFile(ctx, b.tl, DirsFile, 0, data, w); err != nil {
+		return err
+	}
+	if err := b.c.TruncateFile(ctx, b.tl, DirsFile, int64(len(data)), w); err != nil {
+		return err
+	}
+	b.sent(w, 0)
+	return nil
+}
+
+// Mkdir implements fusefs.Backend.
+func (b *Backend) Mkdir(ctx context.Context, p string, mode uint32, w pg.LSN) error {
+	if err := validPath(p); err != nil {
+		return err
+	}
+	b.dirMu.Lock()
+	defer b.dirMu.Unlock()
+	b.mu.Lock()
+	if b.existsLocked(p) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %s", fusefs.ErrExists, p)
+	}
+	if !b.parentExistsLocked(p) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: parent of %s", fusefs.ErrNotFound, p)
+	}
+	b.dirs[p] = mode & 0o7777
+	data := encodeDirs(b.dirs)
+	b.mu.Unlock()
+	if err := b.writeDirs(ctx, data, w); err != nil {
+		b.mu.Lock()
+		delete(b.dirs, p)
+		b.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// CreateFile implements fusefs.Backend.
+func (b *Backend) CreateFile(ctx context.Context, p string, mode uint32, w pg.LSN) error {
+	if err := validPath(p); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.existsLocked(p) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %s", fusefs.ErrExists, p)
+	}
+	if !b.parentExistsLocked(p) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: parent of %s", fusefs.ErrNotFound, p)
+	}
+	b.mu.Unlock()
+	if err := b.c.TruncateFile(ctx, b.tl, p, 0, w); err != nil {
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	b.files[p] = &fileEnt{loaded: true}
+	b.mu.Unlock()
+	return nil
+}
+
+// content returns the file's entry with its content loaded.
+func (b *Backend) content(ctx context.Context, p string) (*fileEnt, error) {
+	b.mu.Lock()
+	f, ok := b.files[p]
+	if !ok {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: file %s", fusefs.ErrNotFound, p)
+	}
+	if f.loaded {
+		b.mu.Unlock()
+		return f, nil
+	}
+	b.mu.Unlock()
+	data, err := b.c.GetFile(ctx, b.tl, p, client.LatestLSN)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.files[p]; ok && cur == f && !f.loaded {
+		f.data, f.size, f.loaded = data, int64(len(data)), true
+	}
+	return f, nil
+}
+
+// ReadFile implements fusefs.Backend; the content is fetched (GetFile) on
+// the first read and kept, written through, from then on.
+func (b *Backend) ReadFile(ctx context.Context, p string, off int64, buf []byte) (int, error) {
+	f, err := b.content(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if off >= int64(len(f.data)) {
+		return 0, nil
+	}
+	return copy(buf, f.data[off:]), nil
+}
+
+// invalidate forgets a file's cached content after a failed mutation.
+func (b *Backend) invalidate(p string) {
+	b.mu.Lock()
+	if f, ok := b.files[p]; ok {
+		f.loaded, f.data = false, nil
+	}
+	b.mu.Unlock()
+}
+
+// WriteFile implements fusefs.Backend.
+func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byte, w pg.LSN) error {
+	f, err := b.content(ctx, p)
+	if err != nil {
+		return err
+	}
+	if err := b.c.WriteFile(ctx, b.tl, p, off, data, w); err != nil {
+		b.invalidate(p)
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	if end := off + int64(len(data)); end > int64(len(f.data)) {
+		f.data = append(f.data, make([]byte, end-int64(len(f.data)))...)
+	}
+	copy(f.data[off:], data)
+	f.size = int64(len(f.data))
+	b.mu.Unlock()
+	return nil
+}
+
+// TruncateFile implements fusefs.Backend.
+func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.LSN) error {
+	f, err := b.content(ctx, p)
+	if err != nil {
+		return err
+	}
+	if err := b.c.TruncateFile(ctx, b.tl, p, size, w); err != nil {
+		b.invalidate(p)
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	if size <= int64(len(f.data)) {
+		f.data = f.data[:size:size]
+	} else {
+		f.data = append(f.data, make([]byte, size-int64(len(f.data)))...)
+	}
+	f.size = size
+	b.mu.Unlock()
+	return nil
+}
+
+// Rename implements fusefs.Backend as write-target-then-unlink-source, all
+// at w: not atomic on the pageserver (a crash in between leaves both
+// files, the target complete).
+func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
+	if err := validPath(to); err != nil {
+		return err
+	}
+	f, err := b.content(ctx, from)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if _, isDir := b.dirs[to]; isDir || !b.parentExistsLocked(to) {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: rename target %s", fusefs.ErrNotFound, to)
+	}
+	data := bytes.Clone(f.data)
+	b.mu.Unlock()
+	if len(data) > 0 {
+		if err := b.c.WriteFile(ctx, b.tl, to, 0, data, w); err != nil {
+			b.invalidate(to)
+			return err
+		}
+	}
+	if err := b.c.TruncateFile(ctx, b.tl, to, int64(len(data)), w); err != nil {
+		b.invalidate(to)
+		return err
+	}
+	if err := b.c.UnlinkFile(ctx, b.tl, from, w); err != nil {
+		return err
+	}
+	b.sent(w, 0)
+	b.mu.Lock()
+	b.files[to] = &fileEnt{size: int64(len(data)), data: data, loaded: true}
+	delete(b.files, from)
+	b.mu.Unlock()
+	return nil
+}
+
+// Remove implements fusefs.Backend.
+func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
+	b.dirMu.Lock()
+	defer b.dirMu.Unlock()
+	b.mu.Lock()
+	if _, ok := b.files[p]; ok {
+		b.mu.Unlock()
+		if err := b.c.UnlinkFile(ctx, b.tl, p, w); err != nil {
+			return mapErr(err)
+		}
+		b.sent(w, 0)
+		b.mu.Lock()
+		delete(b.files, p)
+		b.mu.Unlock()
+		return nil
+	}
+	mode, ok := b.dirs[p]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %s", fusefs.ErrNotFound, p)
+	}
+	prefix := p + "/"
+	for q := range b.dirs {
+		if strings.HasPrefix(q, prefix) {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %s", fusefs.ErrNotEmpty, p)
+		}
+	}
+	for q := range b.files {
+		if strings.HasPrefix(q, prefix) {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %s", fusefs.ErrNotEmpty, p)
+		}
+	}
+	for r := range b.rels {
+		if path.Dir(pageserver.RelPath(r, 0)) == p {
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %s", fusefs.ErrNotEmpty, p)
+		}
+	}
+	delete(b.dirs, p)
+	data := encodeDirs(b.dirs)
+	b.mu.Unlock()
+	if err := b.writeDirs(ctx, data, w); err != nil {
+		b.mu.Lock()
+		b.dirs[p] = mode
+		b.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Sync implements fusefs.Backend: it returns once the pageserver's durable
+// LSN covers every mutation this Backend sent at or below w. With
+// StandaloneCommit it first advances the commit LSN to w.
+func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
+	b.mu.Lock()
+	target := min(w, b.maxW)
+	if target <= b.durable {
+		b.mu.Unlock()
+		return nil
+	}
+	advance := b.opts.StandaloneCommit && target > b.advanced
+	b.mu.Unlock()
+	if advance {
+		if err := b.c.AdvanceCommitLSN(ctx, b.tl, target); err != nil {
+			return fmt.Errorf("psbackend: advance commit LSN: %w", err)
+		}
+		b.mu.Lock()
+		b.advanced = max(b.advanced, target)
+		b.mu.Unlock()
+	}
+	for {
+		d, err := b.durableLSN(ctx)
+		if err != nil {
+			return err
+		}
+		b.sent(0, d)
+		if d >= target {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(b.opts.SyncPoll):
+		}
+	}
+}
+
+func (b *Backend) durableLSN(ctx context.Context) (pg.LSN, error) {
+	infos, err := b.c.ListTimelines(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, i := range infos {
+		if i.ID == b.tl {
+			return i.LSNs.Durable, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, b.tl)
+}
+
+// Durable returns the highest durable LSN this Backend has seen.
+func (b *Backend) Durable() pg.LSN {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.durable
+}

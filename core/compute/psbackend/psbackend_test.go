@@ -1,0 +1,202 @@
+package psbackend_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/fusefs/backendtest"
+	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/core/pageserver"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/server"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// harness runs a pageserver with its gRPC server on a free loopback port.
+type harness struct {
+	ps *pageserver.Pageserver
+	g  *grpc.Server
+	c  *client.Client
+}
+
+func start(tb testing.TB, dir string, store objectstore.Store) *harness {
+	tb.Helper()
+	cfg := pageserver.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.WaitLSNTimeout = 2 * time.Second
+	reg := prometheus.NewRegistry()
+	ps, err := pageserver.New(context.Background(), cfg, pageserver.Deps{Log: zerolog.Nop(), Registry: reg, Store: store})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
+	server.New(ps, zerolog.Nop(), reg).Register(g)
+	go g.Serve(lis)
+	c, err := client.Dial(lis.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &harness{ps: ps, g: g, c: c}
+	tb.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	if h.g == nil {
+		return
+	}
+	h.c.Close()
+	h.g.Stop()
+	h.ps.Close()
+	h.g = nil
+}
+
+var tl = pg.TimelineID{0xC0, 1}
+
+func open(tb testing.TB, h *harness, opts psbackend.Options) *psbackend.Backend {
+	tb.Helper()
+	b, err := psbackend.Open(context.Background(), h.c, tl, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func TestBackendSuite(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) fusefs.Backend {
+		h := start(t, t.TempDir(), objectstore.NewMemory())
+		if _, err := h.c.CreateTimeline(context.Background(), tl); err != nil {
+			t.Fatal(err)
+		}
+		return open(t, h, psbackend.Options{StandaloneCommit: true})
+	})
+}
+
+func page(b byte) []byte { return bytes.Repeat([]byte{b}, pg.BlockSize) }
+
+// TestSyncWaitsForCommitLSN: without StandaloneCommit, Sync(w) returns only
+// once someone (the safekeepers in a cluster; here the test) advances the
+// commit LSN to w, and a write above the commit LSN is not durable.
+func TestSyncWaitsForCommitLSN(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.WritePage(ctx, rel.Page(0), page(7), 200); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	err := be.Sync(short, 200)
+	cancel()
+	if err == nil {
+		t.Fatal("Sync(200) returned before the commit LSN reached 200")
+	}
+	if d := be.Durable(); d >= 200 {
+		t.Fatalf("durable %s before the commit LSN moved", d)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		if err := h.c.AdvanceCommitLSN(ctx, tl, 200); err != nil {
+			t.Error(err)
+		}
+	}()
+	t0 := time.Now()
+	if err := be.Sync(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(t0) < 40*time.Millisecond {
+		t.Fatalf("Sync returned after %s, before the commit LSN advanced", time.Since(t0))
+	}
+	if d := be.Durable(); d < 200 {
+		t.Fatalf("durable %s after Sync(200)", d)
+	}
+}
+
+// TestReopen: a new Backend (empty caches) on the same timeline, and one on
+// a restarted pageserver, see the synced files, folders and pages.
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store := objectstore.NewMemory()
+	h := start(t, dir, store)
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	for _, d := range []string{"base", "base/5", "global"} {
+		if err := be.Mkdir(ctx, d, 0o750, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.CreateFile(ctx, "global/pg_control", 0o600, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.WriteFile(ctx, "global/pg_control", 0, []byte("control"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.CreateRel(ctx, rel, 4); err != nil {
+		t.Fatal(err)
+	}
+	for blk := uint32(0); blk < 10; blk++ {
+		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(10+blk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Remove(ctx, "base/5", 30); err == nil {
+		t.Fatal("removed a folder holding a relation")
+	}
+	if err := be.Sync(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	check := func(be *psbackend.Backend) {
+		t.Helper()
+		n, err := be.Nblocks(ctx, rel)
+		if err != nil || n != 10 {
+			t.Fatalf("nblocks %d, %v", n, err)
+		}
+		buf := make([]byte, pg.BlockSize)
+		for blk := uint32(0); blk < 10; blk++ {
+			if err := be.ReadPage(ctx, rel.Page(blk), 0, buf); err != nil || !bytes.Equal(buf, page(byte(blk+1))) {
+				t.Fatalf("block %d: %v, %d", blk, err, buf[0])
+			}
+		}
+		got, err := be.ReadFile(ctx, "global/pg_control", 0, buf)
+		if err != nil || string(buf[:got]) != "control" {
+			t.Fatalf("pg_control %q, %v", buf[:got], err)
+		}
+		list, _ := be.List(ctx)
+		dirs := map[string]uint32{}
+		for _, fi := range list {
+			if fi.Dir {
+				dirs[fi.Path] = fi.Mode
+			}
+		}
+		if len(dirs) != 3 || dirs["base/5"] != 0o750 {
+			t.Fatalf("folders %v", dirs)
+		}
+	}
+	check(open(t, h, psbackend.Options{}))
+	h.stop()
+	h2 := start(t, dir, store)
+	check(open(t, h2, psbackend.Options{}))
+}
