@@ -9,14 +9,18 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/plugins/replication/pgstream"
 	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/replication"
 )
 
 type recFeedback struct {
@@ -55,6 +59,48 @@ func mustLSN(t *testing.T, s string) pg.LSN {
 // from pg_wal) into a timeline and checks full page images, relation sizes
 // and pages rebuilt by the redo engine against Postgres' own data files.
 func TestIngestPostgresWAL(t *testing.T) {
+	w := genWAL(t)
+	t.Run("folder", func(t *testing.T) {
+		tl, fb := newTimeline(t)
+		src, err := wal.OpenDir(w.walDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		in := &Ingester{TL: tl, Feedback: fb, BatchSize: 64}
+		last, err := in.Run(context.Background(), src, w.start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.check(t, tl, fb, last)
+	})
+	t.Run("safekeeper", func(t *testing.T) {
+		tl, fb := newTimeline(t)
+		src, prog := safekeeperSource(t, w)
+		in := &Ingester{TL: tl, Feedback: fb, BatchSize: 64}
+		last, err := in.RunStream(context.Background(), src, "pageserver", w.start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.check(t, tl, fb, last)
+		// Feedback travels to the safekeeper asynchronously.
+		deadline := time.Now().Add(10 * time.Second)
+		for p := prog("pageserver"); p.Received != last; p = prog("pageserver") {
+			if time.Now().After(deadline) {
+				t.Fatalf("safekeeper saw progress %+v, want received %s", p, last)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+type walRun struct {
+	dataDir, walDir string
+	start, end      pg.LSN
+	rels            []relInfo
+}
+
+func genWAL(t *testing.T) *walRun {
 	srv := pgtest.Start(t, pgtest.Options{Conf: map[string]string{"full_page_writes": "on", "wal_level": "replica", "autovacuum": "off"}})
 	srv.Exec("postgres", "CHECKPOINT")
 	start := mustLSN(t, srv.QueryString("postgres", "SELECT checkpoint_lsn::text FROM pg_control_checkpoint()"))
@@ -84,27 +130,25 @@ func TestIngestPostgresWAL(t *testing.T) {
 	}
 	// A clean shutdown flushes the data files and the WAL.
 	srv.Stop()
+	return &walRun{dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels}
+}
 
-	ctx := context.Background()
-	tl, err := timeline.Open(ctx, pg.TimelineID{1}, t.TempDir(), timeline.Options{NoBackground: true}, timeline.Deps{
+func newTimeline(t *testing.T) (*timeline.Timeline, *recFeedback) {
+	tl, err := timeline.Open(context.Background(), pg.TimelineID{1}, t.TempDir(), timeline.Options{NoBackground: true}, timeline.Deps{
 		Log: zerolog.Nop(), Commit: &timeline.CommitLSN{}, Policy: timeline.FPIPolicy{},
 		Redo: Redo{Engine: postgres.NewEngine(postgres.Options{})},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tl.Close()
-	src, err := wal.OpenDir(filepath.Join(srv.DataDir, "pg_wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	fb := &recFeedback{}
-	in := &Ingester{TL: tl, Feedback: fb, BatchSize: 64}
-	last, err := in.Run(ctx, src, start)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { tl.Close() })
+	return tl, &recFeedback{}
+}
+
+// check verifies a timeline that ingested w's WAL up to last.
+func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, last pg.LSN) {
+	ctx := context.Background()
+	start, end, rels := w.start, w.end, w.rels
 	if last < end {
 		t.Fatalf("ingested up to %s, want at least %s", last, end)
 	}
@@ -113,7 +157,7 @@ func TestIngestPostgresWAL(t *testing.T) {
 	}
 
 	// Every full page image of the test relations reads back at its LSN.
-	src2, err := wal.OpenDir(filepath.Join(srv.DataDir, "pg_wal"))
+	src2, err := wal.OpenDir(w.walDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +210,7 @@ func TestIngestPostgresWAL(t *testing.T) {
 		if n != r.size {
 			t.Errorf("Nblocks %s = %d, Postgres has %d", r.name, n, r.size)
 		}
-		file, err := os.ReadFile(filepath.Join(srv.DataDir, r.path))
+		file, err := os.ReadFile(filepath.Join(w.dataDir, r.path))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,4 +233,80 @@ func TestIngestPostgresWAL(t *testing.T) {
 		}
 	}
 	t.Logf("ingested %s..%s: %d images checked, %d pages compared with the data files", start, last, images, redone)
+}
+
+// safekeeperSource starts a safekeeper node holding w's WAL (from the page
+// of w.start to the end of WAL) as committed WAL and returns a pg-stream
+// source on it and the node's view of a consumer's progress.
+func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string) replication.Progress) {
+	ds, err := wal.OpenDir(w.walDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	rd := wal.NewReader(ds, w.start)
+	var endWAL pg.LSN
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, wal.ErrEndOfWAL) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		endWAL = r.EndLSN
+	}
+	from := w.start - w.start%wal.PageSize
+	to := (endWAL + wal.PageSize - 1) / wal.PageSize * wal.PageSize
+	var data []byte
+	page := make([]byte, wal.PageSize)
+	for l := from; l < to; l += wal.PageSize {
+		if err := ds.ReadPage(l, page); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, page...)
+	}
+
+	cfg := safekeeper.DefaultConfig()
+	cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
+	n, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := n.Store()
+	if err := st.Init(from, rd.SystemID(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	src, err := pgstream.New(pgstream.Config{Safekeepers: []string{n.Addr()}}, zerolog.Nop())
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close(); cancel(); <-done })
+	if err := st.Write(from, data); err != nil {
+		t.Fatal(err)
+	}
+	end, err := st.Flush()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	for n.CommitLSN() < end {
+		select {
+		case <-n.CommitNotify():
+		case <-wait.Done():
+			t.Fatalf("safekeeper commit LSN %s, want %s", n.CommitLSN(), end)
+		}
+	}
+	return src, func(c string) replication.Progress {
+		fb, _ := n.ConsumerProgress(c)
+		return replication.Progress(fb)
+	}
 }

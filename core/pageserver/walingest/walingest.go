@@ -34,6 +34,7 @@ import (
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 	"github.com/stratadb/strata/sdk/redo"
+	"github.com/stratadb/strata/sdk/replication"
 )
 
 // Sentinel errors.
@@ -284,4 +285,91 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 		}
 	}
 	return out, nil
+}
+
+// StreamReader is an io.Reader over the chunks of a replication.Stream that
+// was opened at start: the WAL bytes from start on, in order. A chunk that
+// does not continue the previous one is an error.
+type StreamReader struct {
+	st   replication.Stream
+	next pg.LSN
+	buf  []byte
+	err  error // the stream's error, once it failed
+}
+
+// NewStreamReader returns a reader over st, opened at start.
+func NewStreamReader(st replication.Stream, start pg.LSN) *StreamReader {
+	return &StreamReader{st: st, next: start}
+}
+
+// Read implements io.Reader.
+func (r *StreamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		ch, err := r.st.Recv()
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		end := ch.Start + pg.LSN(len(ch.Data))
+		if ch.Start > r.next || end < r.next {
+			return 0, fmt.Errorf("walingest: chunk %s..%s does not continue the stream at %s", ch.Start, end, r.next)
+		}
+		r.buf = ch.Data[r.next-ch.Start:]
+		r.next = end
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// StreamFeedback reports a timeline's positions to a replication stream:
+// Received is the last ingested record, Durable what survives a restart,
+// Uploaded the remote consistent LSN.
+type StreamFeedback struct{ Stream replication.Stream }
+
+var _ ingest.Feedback = StreamFeedback{}
+
+// Report implements ingest.Feedback. Errors are dropped: feedback is
+// advisory and sent again after the next batch.
+func (f StreamFeedback) Report(_ pg.TimelineID, l timeline.LSNs) {
+	_ = f.Stream.Feedback(replication.Progress{Received: l.LastRecord, Durable: l.Durable, Uploaded: l.RemoteConsistent})
+}
+
+type feedbacks []ingest.Feedback
+
+func (fs feedbacks) Report(tl pg.TimelineID, l timeline.LSNs) {
+	for _, f := range fs {
+		if f != nil {
+			f.Report(tl, l)
+		}
+	}
+}
+
+// RunStream is Run over committed WAL streamed from src (the safekeepers)
+// as consumer, from the first record at or after start; it also reports
+// progress to the stream (StreamFeedback). It follows the WAL until ctx
+// ends (the result is then ctx's error), the stream fails (its error), the
+// streamed WAL ends with an end-of-WAL marker such as a zeroed record
+// header (nil), or a record cannot be applied.
+func (in *Ingester) RunStream(ctx context.Context, src replication.Source, consumer string, start pg.LSN) (pg.LSN, error) {
+	from := start - start%wal.PageSize
+	st, err := src.Stream(ctx, consumer, from)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	c := *in
+	c.Feedback = feedbacks{in.Feedback, StreamFeedback{Stream: st}}
+	rd := NewStreamReader(st, from)
+	end, err := c.Run(ctx, wal.NewStreamSource(rd, from, 0), start)
+	if ctx.Err() != nil {
+		return end, ctx.Err()
+	}
+	if err == nil && rd.err != nil && !errors.Is(rd.err, replication.ErrClosed) {
+		// The stream source reports a failed stream as the end of WAL.
+		return end, rd.err
+	}
+	return end, err
 }
