@@ -11,6 +11,12 @@
 // a pageserver notion; they are stored in the timeline as the non-relation
 // file DirsFile, rewritten on Mkdir and on the removal of a folder.
 //
+// Requests are detached from the caller's cancellation (context.WithoutCancel):
+// the filesystem cancels a request's context when the kernel interrupts
+// it (Postgres takes signals all the time), and a mutation cut in half, an
+// EINTR from fsync or an EIO on a read would hurt Postgres more than the
+// wait. Sync is bounded by Options.SyncTimeout instead.
+//
 // Sync(w) waits until the pageserver reports every version tagged at or
 // below w durable. In a cluster the safekeepers' commit LSN drives that;
 // with Options.StandaloneCommit the Backend advances the timeline's commit
@@ -51,6 +57,9 @@ type Options struct {
 	// itself (AdvanceCommitLSN) before waiting. Only for a timeline whose
 	// commit LSN is the pageserver's settable one (no safekeepers).
 	StandaloneCommit bool
+	// SyncTimeout bounds one Sync (0: no bound; in a cluster Sync waits for
+	// the safekeepers as long as they take).
+	SyncTimeout time.Duration
 	// SyncPoll is how often Sync re-reads the durable LSN (default 2ms).
 	SyncPoll time.Duration
 	// ZeroBatch bounds the zero pages sent in one PutPages when a fork is
@@ -210,6 +219,7 @@ func mapErr(err error) error {
 
 // ListRels implements fusefs.Backend.
 func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
+	ctx = context.WithoutCancel(ctx)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]fusefs.RelInfo, 0, len(b.rels))
@@ -221,6 +231,7 @@ func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
 
 // CreateRel implements fusefs.Backend.
 func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := b.c.SetRelSize(ctx, b.tl, rel, 0, w); err != nil {
 		return err
 	}
@@ -253,6 +264,7 @@ func (b *Backend) Nblocks(ctx context.Context, rel pg.RelTag) (uint32, error) {
 // notModifiedSince capped at the highest W this Backend sent (the
 // pageserver holds every write of this compute, so it need not wait).
 func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince pg.LSN, page []byte) error {
+	ctx = context.WithoutCancel(ctx)
 	n, err := b.size(key.Tag())
 	if err != nil {
 		return err
@@ -300,6 +312,7 @@ func (b *Backend) putZeros(ctx context.Context, rel pg.RelTag, from, to uint32, 
 
 // WritePage implements fusefs.Backend (PutPages tagged with w).
 func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	rel := key.Tag()
 	n, err := b.size(rel)
 	if err != nil {
@@ -325,6 +338,7 @@ func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w 
 
 // TruncateRel implements fusefs.Backend.
 func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	n, err := b.size(rel)
 	if err != nil {
 		return err
@@ -348,6 +362,7 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 
 // UnlinkRel implements fusefs.Backend.
 func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	if _, err := b.size(rel); err != nil {
 		return err
 	}
@@ -420,6 +435,7 @@ func (b *Backend) writeDirs(ctx context.Context, data []byte, w pg.LSN) error {
 
 // Mkdir implements fusefs.Backend.
 func (b *Backend) Mkdir(ctx context.Context, p string, mode uint32, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := validPath(p); err != nil {
 		return err
 	}
@@ -448,6 +464,7 @@ func (b *Backend) Mkdir(ctx context.Context, p string, mode uint32, w pg.LSN) er
 
 // CreateFile implements fusefs.Backend.
 func (b *Backend) CreateFile(ctx context.Context, p string, mode uint32, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := validPath(p); err != nil {
 		return err
 	}
@@ -499,6 +516,7 @@ func (b *Backend) content(ctx context.Context, p string) (*fileEnt, error) {
 // ReadFile implements fusefs.Backend; the content is fetched (GetFile) on
 // the first read and kept, written through, from then on.
 func (b *Backend) ReadFile(ctx context.Context, p string, off int64, buf []byte) (int, error) {
+	ctx = context.WithoutCancel(ctx)
 	f, err := b.content(ctx, p)
 	if err != nil {
 		return 0, err
@@ -522,6 +540,7 @@ func (b *Backend) invalidate(p string) {
 
 // WriteFile implements fusefs.Backend.
 func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byte, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	f, err := b.content(ctx, p)
 	if err != nil {
 		return err
@@ -543,6 +562,7 @@ func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byt
 
 // TruncateFile implements fusefs.Backend.
 func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	f, err := b.content(ctx, p)
 	if err != nil {
 		return err
@@ -567,6 +587,7 @@ func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.L
 // at w: not atomic on the pageserver (a crash in between leaves both
 // files, the target complete).
 func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	if err := validPath(to); err != nil {
 		return err
 	}
@@ -604,6 +625,7 @@ func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 
 // Remove implements fusefs.Backend.
 func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
 	b.dirMu.Lock()
 	defer b.dirMu.Unlock()
 	b.mu.Lock()
@@ -658,6 +680,12 @@ func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
 // LSN covers every mutation this Backend sent at or below w. With
 // StandaloneCommit it first advances the commit LSN to w.
 func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
+	ctx = context.WithoutCancel(ctx)
+	if b.opts.SyncTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.opts.SyncTimeout)
+		defer cancel()
+	}
 	b.mu.Lock()
 	target := min(w, b.maxW)
 	if target <= b.durable {

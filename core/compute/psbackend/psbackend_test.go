@@ -3,6 +3,7 @@ package psbackend_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -104,27 +105,42 @@ func TestSyncWaitsForCommitLSN(t *testing.T) {
 	if err := be.WritePage(ctx, rel.Page(0), page(7), 200); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
-	err := be.Sync(short, 200)
-	cancel()
-	if err == nil {
-		t.Fatal("Sync(200) returned before the commit LSN reached 200")
+	synced := make(chan error, 1)
+	go func() { synced <- be.Sync(ctx, 200) }()
+	select {
+	case err := <-synced:
+		t.Fatalf("Sync(200) returned (%v) before the commit LSN reached 200", err)
+	case <-time.After(150 * time.Millisecond):
 	}
 	if d := be.Durable(); d >= 200 {
 		t.Fatalf("durable %s before the commit LSN moved", d)
 	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		if err := h.c.AdvanceCommitLSN(ctx, tl, 200); err != nil {
-			t.Error(err)
-		}
-	}()
-	t0 := time.Now()
-	if err := be.Sync(ctx, 200); err != nil {
+	if err := h.c.AdvanceCommitLSN(ctx, tl, 199); err != nil {
 		t.Fatal(err)
 	}
-	if time.Since(t0) < 40*time.Millisecond {
-		t.Fatalf("Sync returned after %s, before the commit LSN advanced", time.Since(t0))
+	select {
+	case err := <-synced:
+		t.Fatalf("Sync(200) returned (%v) at commit LSN 199", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := h.c.AdvanceCommitLSN(ctx, tl, 200); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sync(200) still waiting after the commit LSN reached 200")
+	}
+	// SyncTimeout bounds a Sync the commit LSN does not reach.
+	bounded := open(t, h, psbackend.Options{SyncTimeout: 50 * time.Millisecond})
+	if err := bounded.WritePage(ctx, rel.Page(1), page(8), 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := bounded.Sync(ctx, 300); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Sync past the commit LSN with a timeout: %v", err)
 	}
 	if d := be.Durable(); d < 200 {
 		t.Fatalf("durable %s after Sync(200)", d)

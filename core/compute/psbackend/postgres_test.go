@@ -1,0 +1,298 @@
+package psbackend_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// pgProc is a postmaster on the mount.
+type pgProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	port int
+	log  string
+	done chan error
+}
+
+func startPG(t *testing.T, pgdata, dir string) *pgProc {
+	t.Helper()
+	port := pgtest.FreePort(t)
+	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "postgres.log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	p := &pgProc{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(p.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		c, err := pgx.Connect(ctx, p.url())
+		if err == nil {
+			c.Close(ctx)
+			return p
+		}
+		select {
+		case err := <-p.done:
+			p.cmd = nil
+			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
+		default:
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *pgProc) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+}
+
+func (p *pgProc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// stop is a fast shutdown (its checkpoint writes and fsyncs every dirty
+// page through the mount); SIGKILL after a minute.
+func (p *pgProc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+func (p *pgProc) run(name string, args ...string) string {
+	p.t.Helper()
+	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
+	}
+	return string(out)
+}
+
+func (p *pgProc) query(sql string) string {
+	p.t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, p.url())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var v string
+	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
+	(SELECT sum(abalance) FROM pgbench_accounts)::text || ' ' ||
+	(SELECT sum(bbalance) FROM pgbench_branches)::text || ' ' ||
+	(SELECT coalesce(sum(delta),0) FROM pgbench_history)::text || ' ' ||
+	(SELECT count(*) FROM pgbench_history)::text`
+
+// mountPS mounts PGDATA over a psbackend on h's timeline, with W starting
+// at walStart, and a goroutine that stands in for the safekeepers: it
+// advances the timeline's commit LSN to the WAL position the filesystem
+// tracks (what Postgres wrote to pg_wal). It returns the filesystem and a
+// function that stops the advancer and unmounts.
+func mountPS(t *testing.T, h *harness, mnt, scratch string, uid, gid uint32, walStart pg.LSN) (*fusefs.FS, func()) {
+	t.Helper()
+	be := open(t, h, psbackend.Options{})
+	f, err := fusefs.Mount(context.Background(), mnt, fusefs.Options{
+		Backend: be, Cache: fusefs.NewMemCache(4096), WALScratch: scratch, UID: uid, GID: gid,
+		WALStart: walStart, Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopc := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var last pg.LSN
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopc:
+				return
+			case <-tick.C:
+			}
+			if w := f.WAL().Current(); w > last {
+				if err := h.c.AdvanceCommitLSN(context.Background(), tl, w); err != nil {
+					t.Errorf("advance commit LSN: %v", err)
+					return
+				}
+				last = w
+			}
+		}
+	}()
+	var once sync.Once
+	done := func() {
+		once.Do(func() {
+			close(stopc)
+			wg.Wait()
+			if err := f.Unmount(); err != nil {
+				t.Errorf("unmount: %v", err)
+			}
+			fusefs.MountpointCleanup(mnt)
+		})
+	}
+	t.Cleanup(done)
+	return f, done
+}
+
+// TestPostgresOnPageserver: initdb, pgbench and pg_amcheck with PGDATA on
+// a FUSE mount over psbackend (writeback to an in-process pageserver whose
+// commit LSN follows the WAL Postgres writes); then Postgres stops, the
+// mount goes, the pageserver restarts on its data folder, and a fresh
+// compute (new mount, new Backend, empty caches) checks the data.
+func TestPostgresOnPageserver(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	psDir := t.TempDir()
+	store := objectstore.NewMemory()
+	h := start(t, psDir, store)
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	root := pgtest.MkdirOwned(t, "strata-psbackend-")
+	mnt, scratch := filepath.Join(root, "data"), filepath.Join(root, "walscratch")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Chown(mnt); err != nil {
+		t.Fatal(err)
+	}
+	var uid, gid uint32
+	if cred, err := pgtest.Credential(); err != nil {
+		t.Fatal(err)
+	} else if cred != nil {
+		uid, gid = cred.Uid, cred.Gid
+	}
+
+	fsys, unmount := mountPS(t, h, mnt, scratch, uid, gid, 0)
+	t0 := time.Now()
+	cmd, err := pgtest.Command("initdb", "-D", mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	t.Logf("initdb on the mount: %v", time.Since(t0).Round(time.Millisecond))
+	f, err := os.OpenFile(filepath.Join(mnt, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("shared_buffers = 16MB\nfsync = on\nlog_min_messages = warning\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	p := startPG(t, mnt, root)
+	t1 := time.Now()
+	p.run("pgbench", "-i", "-s", "1", "postgres")
+	t.Logf("pgbench -i -s 1: %v", time.Since(t1).Round(time.Millisecond))
+	out := p.run("pgbench", "-c", "4", "-j", "2", "-T", "5", "postgres")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "tps") || strings.Contains(line, "number of transactions actually") {
+			t.Logf("pgbench: %s", line)
+		}
+	}
+	p.run("psql", "-c", "CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 20000) g", "-c", "CREATE INDEX ON tt (s)",
+		"-c", "CREATE DATABASE d2", "-c", "CHECKPOINT", "postgres")
+	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	before := p.query(checkSQL)
+	fields := strings.Fields(before)
+	if len(fields) != 5 || fields[0] != "100000" || fields[1] != fields[2] || fields[1] != fields[3] || fields[4] == "0" {
+		t.Fatalf("pgbench invariants broken: %s", before)
+	}
+	t.Logf("before restart: accounts, sum(abalance), sum(bbalance), sum(delta), history = %s", before)
+	p.stop()
+	w := fsys.WAL().Current()
+	unmount()
+	info, err := h.c.ListTimelines(ctx)
+	if err != nil || len(info) != 1 {
+		t.Fatalf("timelines %v, %v", info, err)
+	}
+	t.Logf("first compute: W %v; pageserver LSNs %+v", w, info[0].LSNs)
+	if info[0].LSNs.Pending != 0 {
+		t.Fatalf("%d versions still pending after the commit LSN reached W", info[0].LSNs.Pending)
+	}
+
+	// Restart the pageserver on its data folder, then a fresh compute.
+	h.stop()
+	h2 := start(t, psDir, store)
+	fsys2, unmount2 := mountPS(t, h2, mnt, scratch, uid, gid, w)
+	p2 := startPG(t, mnt, root)
+	if after := p2.query(checkSQL); after != before {
+		t.Fatalf("after restart %s; before %s", after, before)
+	}
+	if got := p2.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname = 'd2')::text"); got != "20000 1" {
+		t.Fatalf("after restart: tt rows and d2 = %s", got)
+	}
+	p2.run("pg_amcheck", "--all", "--heapallindexed")
+	p2.run("pgbench", "-c", "2", "-t", "100", "postgres")
+	if got := p2.query("SELECT count(*)::text FROM pgbench_history"); got == fields[4] {
+		t.Fatalf("history did not grow: %s", got)
+	}
+	p2.stop()
+	t.Logf("fresh compute: W %v", fsys2.WAL().Current())
+	unmount2()
+}
