@@ -76,12 +76,20 @@ func TestIngestPostgresWAL(t *testing.T) {
 	})
 	t.Run("safekeeper", func(t *testing.T) {
 		tl, fb := newTimeline(t)
-		src, prog := safekeeperSource(t, w)
+		src, prog, walEnd := safekeeperSource(t, w)
 		in := &Ingester{TL: tl, Feedback: fb, BatchSize: 64}
-		last, err := in.RunStream(context.Background(), src, "pageserver", w.start)
-		if err != nil {
-			t.Fatal(err)
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() {
+			_, err := in.RunStream(ctx, src, "pageserver", w.start)
+			res <- err
+		}()
+		waitFor(t, 20*time.Second, "ingest of the streamed WAL", func() bool { return tl.LSNs().LastRecord >= walEnd })
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunStream after cancel: %v", err)
 		}
+		last := tl.LSNs().LastRecord
 		w.check(t, tl, fb, last)
 		// Feedback travels to the safekeeper asynchronously.
 		deadline := time.Now().Add(10 * time.Second)
@@ -238,7 +246,7 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 // safekeeperSource starts a safekeeper node holding w's WAL (from the page
 // of w.start to the end of WAL) as committed WAL and returns a pg-stream
 // source on it and the node's view of a consumer's progress.
-func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string) replication.Progress) {
+func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string) replication.Progress, pg.LSN) {
 	ds, err := wal.OpenDir(w.walDir)
 	if err != nil {
 		t.Fatal(err)
@@ -308,5 +316,5 @@ func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string)
 	return src, func(c string) replication.Progress {
 		fb, _ := n.ConsumerProgress(c)
 		return replication.Progress(fb)
-	}
+	}, endWAL
 }

@@ -166,77 +166,82 @@ type Ingester struct {
 // LSN of the last applied record and nil) or fails, or ctx ends.
 func (in *Ingester) Run(ctx context.Context, src wal.Source, start pg.LSN) (pg.LSN, error) {
 	rd := wal.NewReader(src, start)
-	bs := in.BatchSize
-	if bs <= 0 {
-		bs = 256
-	}
-	var batch []ingest.Record
-	var end pg.LSN
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		if err := ingest.Apply(ctx, in.TL, batch, end); err != nil {
-			return err
-		}
-		batch = batch[:0]
-		if in.Feedback != nil {
-			in.Feedback.Report(in.TL.ID(), in.TL.LSNs())
-		}
-		return nil
-	}
+	a := &applier{in: in}
 	for {
 		if err := ctx.Err(); err != nil {
-			return end, err
+			return a.end, err
 		}
 		r, err := rd.Next()
 		if errors.Is(err, wal.ErrEndOfWAL) {
-			return end, flush()
+			return a.end, a.flush(ctx)
 		}
 		if err != nil {
-			return end, err
+			return a.end, err
 		}
-		ops, err := postgres.FileOps(r)
-		if err != nil {
-			return end, err
-		}
-		tr, isTrunc, err := postgres.SMGRTruncation(r)
-		if err != nil {
-			return end, err
-		}
-		if len(ops) > 0 || isTrunc {
-			// File-level operations look at the timeline: apply what precedes.
-			if err := flush(); err != nil {
-				return end, err
-			}
-			rels, err := in.fileOps(ctx, r, ops, tr, isTrunc)
-			if err != nil {
-				return end, err
-			}
-			rec, err := Convert(r)
-			if err != nil {
-				return end, err
-			}
-			rec.Rels = append(rels, rec.Rels...)
-			end = r.EndLSN
-			batch = append(batch, rec)
-			if err := flush(); err != nil {
-				return end, err
-			}
-			continue
-		}
-		rec, err := Convert(r)
-		if err != nil {
-			return end, err
-		}
-		end = r.EndLSN
-		batch = append(batch, rec)
-		if len(batch) >= bs {
-			if err := flush(); err != nil {
-				return end, err
-			}
+		if err := a.add(ctx, r); err != nil {
+			return a.end, err
 		}
 	}
+}
+
+// applier batches converted records for one Ingester.
+type applier struct {
+	in    *Ingester
+	batch []ingest.Record
+	end   pg.LSN // the end LSN of the last record added
+}
+
+func (a *applier) flush(ctx context.Context) error {
+	if len(a.batch) == 0 {
+		return nil
+	}
+	if err := ingest.Apply(ctx, a.in.TL, a.batch, a.end); err != nil {
+		return err
+	}
+	a.batch = a.batch[:0]
+	if a.in.Feedback != nil {
+		a.in.Feedback.Report(a.in.TL.ID(), a.in.TL.LSNs())
+	}
+	return nil
+}
+
+// add converts r (which may be reused by the reader after the call) and
+// applies the batch when it is full or r is a file-level operation.
+func (a *applier) add(ctx context.Context, r *wal.Record) error {
+	bs := a.in.BatchSize
+	if bs <= 0 {
+		bs = 256
+	}
+	ops, err := postgres.FileOps(r)
+	if err != nil {
+		return err
+	}
+	tr, isTrunc, err := postgres.SMGRTruncation(r)
+	if err != nil {
+		return err
+	}
+	fileLevel := len(ops) > 0 || isTrunc
+	var rels []ingest.RelChange
+	if fileLevel {
+		// File-level operations look at the timeline: apply what precedes.
+		if err := a.flush(ctx); err != nil {
+			return err
+		}
+		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc); err != nil {
+			return err
+		}
+	}
+	rec, err := Convert(r)
+	if err != nil {
+		return err
+	}
+	rec.Rels = append(rels, rec.Rels...)
+	a.end = r.EndLSN
+	a.batch = append(a.batch, rec)
+	if fileLevel || len(a.batch) >= bs {
+		return a.flush(ctx)
+	}
+	return nil
 }
 
 func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool) ([]ingest.RelChange, error) {
@@ -287,41 +292,6 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 	return out, nil
 }
 
-// StreamReader is an io.Reader over the chunks of a replication.Stream that
-// was opened at start: the WAL bytes from start on, in order. A chunk that
-// does not continue the previous one is an error.
-type StreamReader struct {
-	st   replication.Stream
-	next pg.LSN
-	buf  []byte
-	err  error // the stream's error, once it failed
-}
-
-// NewStreamReader returns a reader over st, opened at start.
-func NewStreamReader(st replication.Stream, start pg.LSN) *StreamReader {
-	return &StreamReader{st: st, next: start}
-}
-
-// Read implements io.Reader.
-func (r *StreamReader) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		ch, err := r.st.Recv()
-		if err != nil {
-			r.err = err
-			return 0, err
-		}
-		end := ch.Start + pg.LSN(len(ch.Data))
-		if ch.Start > r.next || end < r.next {
-			return 0, fmt.Errorf("walingest: chunk %s..%s does not continue the stream at %s", ch.Start, end, r.next)
-		}
-		r.buf = ch.Data[r.next-ch.Start:]
-		r.next = end
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
-}
-
 // StreamFeedback reports a timeline's positions to a replication stream:
 // Received is the last ingested record, Durable what survives a restart,
 // Uploaded the remote consistent LSN.
@@ -345,12 +315,12 @@ func (fs feedbacks) Report(tl pg.TimelineID, l timeline.LSNs) {
 	}
 }
 
-// RunStream is Run over committed WAL streamed from src (the safekeepers)
-// as consumer, from the first record at or after start; it also reports
-// progress to the stream (StreamFeedback). It follows the WAL until ctx
-// ends (the result is then ctx's error), the stream fails (its error), the
-// streamed WAL ends with an end-of-WAL marker such as a zeroed record
-// header (nil), or a record cannot be applied.
+// RunStream follows committed WAL streamed from src (the safekeepers) as
+// consumer, from the first record at or after start, and also reports
+// progress to the stream (StreamFeedback). Records are applied as soon as
+// they are entirely received, even when their WAL page is not yet full. It
+// runs until ctx ends (the result is then ctx's error), the stream fails
+// (its error) or a record cannot be applied.
 func (in *Ingester) RunStream(ctx context.Context, src replication.Source, consumer string, start pg.LSN) (pg.LSN, error) {
 	from := start - start%wal.PageSize
 	st, err := src.Stream(ctx, consumer, from)
@@ -362,14 +332,139 @@ func (in *Ingester) RunStream(ctx context.Context, src replication.Source, consu
 	defer stop()
 	c := *in
 	c.Feedback = feedbacks{in.Feedback, StreamFeedback{Stream: st}}
-	rd := NewStreamReader(st, from)
-	end, err := c.Run(ctx, wal.NewStreamSource(rd, from, 0), start)
-	if ctx.Err() != nil {
-		return end, ctx.Err()
+	a := &applier{in: &c}
+	live := &liveWAL{base: from}
+	next := start
+	for {
+		ch, err := st.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return a.end, ctx.Err()
+			}
+			return a.end, err
+		}
+		if err := live.append(ch.Start, ch.Data); err != nil {
+			return a.end, err
+		}
+		// A new reader: the previous one may hold a partial page.
+		rd := wal.NewReader(live, next)
+		for live.complete(rd.NextLSN()) {
+			r, err := rd.Next()
+			if errors.Is(err, wal.ErrEndOfWAL) {
+				break
+			}
+			if err != nil {
+				return a.end, err
+			}
+			if err := a.add(ctx, r); err != nil {
+				return a.end, err
+			}
+			next = rd.NextLSN()
+		}
+		if err := a.flush(ctx); err != nil {
+			return a.end, err
+		}
+		live.trim(next)
 	}
-	if err == nil && rd.err != nil && !errors.Is(rd.err, replication.ErrClosed) {
-		// The stream source reports a failed stream as the end of WAL.
-		return end, rd.err
-	}
-	return end, err
 }
+
+// liveWAL holds the streamed WAL from base (a page boundary) to the
+// received end and serves pages zero-padded past that end.
+type liveWAL struct {
+	base pg.LSN
+	data []byte
+}
+
+func (l *liveWAL) SegmentSize() uint64 { return pg.WALSegmentSize }
+
+func (l *liveWAL) end() pg.LSN { return l.base + pg.LSN(len(l.data)) }
+
+func (l *liveWAL) append(start pg.LSN, b []byte) error {
+	end := start + pg.LSN(len(b))
+	if start > l.end() || end < l.end() {
+		return fmt.Errorf("walingest: chunk %s..%s does not continue the stream at %s", start, end, l.end())
+	}
+	l.data = append(l.data, b[l.end()-start:]...)
+	return nil
+}
+
+// trim forgets the pages before the one holding lsn.
+func (l *liveWAL) trim(lsn pg.LSN) {
+	p := lsn - lsn%wal.PageSize
+	if p <= l.base {
+		return
+	}
+	l.data = append(l.data[:0], l.data[p-l.base:]...)
+	l.base = p
+}
+
+func (l *liveWAL) ReadPage(lsn pg.LSN, buf []byte) error {
+	if lsn < l.base {
+		return fmt.Errorf("%w: page %s is no longer held", wal.ErrCorrupt, lsn)
+	}
+	if lsn >= l.end() {
+		return fmt.Errorf("%w: page %s not received yet", wal.ErrEndOfWAL, lsn)
+	}
+	n := copy(buf[:wal.PageSize], l.data[lsn-l.base:])
+	clear(buf[n:wal.PageSize])
+	return nil
+}
+
+// complete reports whether the whole record at pos (past the page header
+// when pos is a page boundary) has been received, or an end-of-WAL marker
+// (a record length below a header's) has: then the reader may look at it.
+func (l *liveWAL) complete(pos pg.LSN) bool {
+	end := l.end()
+	bytesAt := func(p pg.LSN, n int) []byte {
+		if p < l.base || p+pg.LSN(n) > end {
+			return nil
+		}
+		return l.data[p-l.base : p-l.base+pg.LSN(n)]
+	}
+	header := func(page pg.LSN) pg.LSN {
+		b := bytesAt(page, 4)
+		if b == nil {
+			return 0
+		}
+		if binary.LittleEndian.Uint16(b[2:])&xlpLongHeader != 0 {
+			return longHeaderSize
+		}
+		return shortHeaderSize
+	}
+	if pos%wal.PageSize == 0 {
+		h := header(pos)
+		if h == 0 {
+			return false
+		}
+		pos += h
+	}
+	b := bytesAt(pos, 4)
+	if b == nil {
+		return false
+	}
+	need := pg.LSN(binary.LittleEndian.Uint32(b))
+	if need < wal.RecordHeaderSize {
+		return true
+	}
+	for {
+		room := wal.PageSize - pos%wal.PageSize
+		if need <= room {
+			return pos+need <= end
+		}
+		need -= room
+		pos += room
+		h := header(pos)
+		if h == 0 {
+			return false
+		}
+		pos += h
+	}
+}
+
+// WAL page header sizes (MAXALIGNed XLogPageHeaderData and
+// XLogLongPageHeaderData) and XLP_LONG_HEADER.
+const (
+	shortHeaderSize = 24
+	longHeaderSize  = 40
+	xlpLongHeader   = 0x0002
+)
