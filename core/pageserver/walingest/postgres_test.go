@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,6 +99,35 @@ func TestIngestPostgresWAL(t *testing.T) {
 				t.Fatalf("safekeeper saw progress %+v, want received %s", p, last)
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		// The WAL arrives in small pieces that split pages and records.
+		tl, fb := newTimeline(t)
+		data, from, walEnd := walBytes(t, w)
+		mem := replication.NewMemory(1, from)
+		t.Cleanup(func() { mem.Close() })
+		in := &Ingester{TL: tl, Feedback: fb, BatchSize: 16}
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() {
+			_, err := in.RunStream(ctx, mem, "pageserver", w.start)
+			res <- err
+		}()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for off := 0; off < len(data); {
+			n := min(len(data)-off, 1+rng.IntN(3000))
+			mem.Append(data[off : off+n])
+			off += n
+		}
+		waitFor(t, 20*time.Second, "ingest of the streamed WAL", func() bool { return tl.LSNs().LastRecord >= walEnd })
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunStream after cancel: %v", err)
+		}
+		w.check(t, tl, fb, tl.LSNs().LastRecord)
+		if p := mem.Progress("pageserver"); p.Received != walEnd {
+			t.Fatalf("progress %+v, want received %s", p, walEnd)
 		}
 	})
 }
@@ -247,34 +277,7 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 // of w.start to the end of WAL) as committed WAL and returns a pg-stream
 // source on it and the node's view of a consumer's progress.
 func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string) replication.Progress, pg.LSN) {
-	ds, err := wal.OpenDir(w.walDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
-	rd := wal.NewReader(ds, w.start)
-	var endWAL pg.LSN
-	for {
-		r, err := rd.Next()
-		if errors.Is(err, wal.ErrEndOfWAL) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		endWAL = r.EndLSN
-	}
-	from := w.start - w.start%wal.PageSize
-	to := (endWAL + wal.PageSize - 1) / wal.PageSize * wal.PageSize
-	var data []byte
-	page := make([]byte, wal.PageSize)
-	for l := from; l < to; l += wal.PageSize {
-		if err := ds.ReadPage(l, page); err != nil {
-			t.Fatal(err)
-		}
-		data = append(data, page...)
-	}
-
+	data, from, endWAL := walBytes(t, w)
 	cfg := safekeeper.DefaultConfig()
 	cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
 	n, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
@@ -282,7 +285,7 @@ func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string)
 		t.Fatal(err)
 	}
 	st := n.Store()
-	if err := st.Init(from, rd.SystemID(), 1); err != nil {
+	if err := st.Init(from, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Listen(); err != nil {
@@ -317,4 +320,37 @@ func safekeeperSource(t *testing.T, w *walRun) (replication.Source, func(string)
 		fb, _ := n.ConsumerProgress(c)
 		return replication.Progress(fb)
 	}, endWAL
+}
+
+// walBytes returns w's WAL from the page of w.start to the end of the page
+// holding the end of WAL, its first LSN and the end of the last record.
+func walBytes(t *testing.T, w *walRun) ([]byte, pg.LSN, pg.LSN) {
+	ds, err := wal.OpenDir(w.walDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	rd := wal.NewReader(ds, w.start)
+	var endWAL pg.LSN
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, wal.ErrEndOfWAL) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		endWAL = r.EndLSN
+	}
+	from := w.start - w.start%wal.PageSize
+	to := (endWAL + wal.PageSize - 1) / wal.PageSize * wal.PageSize
+	var data []byte
+	page := make([]byte, wal.PageSize)
+	for l := from; l < to; l += wal.PageSize {
+		if err := ds.ReadPage(l, page); err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, page...)
+	}
+	return data, from, endWAL
 }
