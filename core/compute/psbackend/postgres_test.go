@@ -18,6 +18,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
@@ -128,6 +129,17 @@ func (p *pgProc) query(sql string) string {
 		p.t.Fatalf("%s: %v", sql, err)
 	}
 	return v
+}
+
+func logWaits(t *testing.T, name string, f *fusefs.FS) {
+	w := f.Waits()
+	k := relpath.KindRel
+	hits, misses := w.CacheHits()
+	t.Logf("%s: GetPage %d (%v), relation writes %d (%v), fsync waits %d (%v), cache hits/misses %d/%d", name,
+		w.Count(fusefs.OpGetPage, k), w.Total(fusefs.OpGetPage, k).Round(time.Millisecond),
+		w.Count(fusefs.OpWrite, k), w.Total(fusefs.OpWrite, k).Round(time.Millisecond),
+		w.Count(fusefs.OpFsync, k)+w.Count(fusefs.OpFsync, relpath.KindOther),
+		(w.Total(fusefs.OpFsync, k) + w.Total(fusefs.OpFsync, relpath.KindOther)).Round(time.Millisecond), hits, misses)
 }
 
 const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
@@ -293,6 +305,11 @@ func TestPostgresOnPageserver(t *testing.T) {
 		t.Fatalf("history did not grow: %s", got)
 	}
 	p2.stop()
+	logWaits(t, "first compute", fsys)
+	logWaits(t, "fresh compute", fsys2)
+	if n := fsys2.Waits().Count(fusefs.OpGetPage, relpath.KindRel); n == 0 {
+		t.Fatal("fresh compute read no page from the pageserver")
+	}
 	t.Logf("fresh compute: W %v", fsys2.WAL().Current())
 	unmount2()
 }

@@ -705,6 +705,10 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 	for {
 		d, err := b.durableLSN(ctx)
 		if err != nil {
+			// gRPC may report the deadline a moment before ctx does.
+			if dl, ok := ctx.Deadline(); ctx.Err() != nil || (ok && !time.Now().Before(dl.Add(-time.Millisecond))) {
+				return fmt.Errorf("psbackend: Sync(%s): %w (%v)", w, context.DeadlineExceeded, err)
+			}
 			return err
 		}
 		b.sent(0, d)
@@ -713,7 +717,7 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("psbackend: Sync(%s): %w", w, ctx.Err())
 		case <-time.After(b.opts.SyncPoll):
 		}
 	}
