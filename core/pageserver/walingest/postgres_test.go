@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/internal/pgtest"
@@ -136,6 +137,11 @@ type walRun struct {
 	dataDir, walDir string
 	start, end      pg.LSN
 	rels            []relInfo
+	// A database created (WAL_LOG strategy) at dbMid and dropped before end.
+	db2     uint32
+	dbMid   pg.LSN
+	db2Map  []byte // its pg_filenode.map at dbMid
+	db2Rels int    // its main fork files at dbMid
 }
 
 func genWAL(t *testing.T) *walRun {
@@ -151,6 +157,25 @@ func genWAL(t *testing.T) *walRun {
 		INSERT INTO t SELECT g, 'late' FROM generate_series(5001, 5400) g;
 		DELETE FROM u WHERE id > 500`)
 	srv.Exec("postgres", "VACUUM u")
+	srv.Exec("postgres", "CREATE DATABASE d2 STRATEGY WAL_LOG")
+	dbMid := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_insert_lsn()::text"))
+	db2, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'd2'"), 10, 32)
+	// Main fork files on disk: names of digits only (no _fsm, _vm, .1).
+	ents, err := os.ReadDir(filepath.Join(srv.DataDir, "base", strconv.FormatUint(db2, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db2Rels := 0
+	for _, e := range ents {
+		if _, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
+			db2Rels++
+		}
+	}
+	db2Map, err := os.ReadFile(filepath.Join(srv.DataDir, "base", strconv.FormatUint(db2, 10), "pg_filenode.map"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Exec("postgres", "DROP DATABASE d2")
 	end := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_insert_lsn()::text"))
 	dbOID, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'postgres'"), 10, 32)
 	var rels []relInfo
@@ -168,7 +193,8 @@ func genWAL(t *testing.T) *walRun {
 	}
 	// A clean shutdown flushes the data files and the WAL.
 	srv.Stop()
-	return &walRun{dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels}
+	return &walRun{dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels,
+		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels}
 }
 
 func newTimeline(t *testing.T) (*timeline.Timeline, *recFeedback) {
@@ -239,6 +265,27 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 
 	// Relation sizes at the end LSN, and every page rebuilt (images + redo)
 	// matches Postgres' data file once masked.
+	// The database created with WAL_LOG existed in between, then was dropped.
+	mid, err := tl.ListRels(ctx, keyspace.DBRange(1663, w.db2), w.dbMid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainForks := 0
+	for _, r := range mid {
+		if r.Fork == pg.MainFork {
+			mainForks++
+		}
+	}
+	if mainForks != w.db2Rels {
+		t.Errorf("database %d at %s: %d main forks, Postgres has %d main fork files", w.db2, w.dbMid, mainForks, w.db2Rels)
+	}
+	if m, err := tl.ReadFile(ctx, relMapPath(1663, w.db2), w.dbMid); err != nil || !bytes.Equal(m, w.db2Map) {
+		t.Errorf("pg_filenode.map of database %d: %d bytes, %v (want %d bytes)", w.db2, len(m), err, len(w.db2Map))
+	}
+	if after, err := tl.ListRels(ctx, keyspace.DBRange(1663, w.db2), last); err != nil || len(after) != 0 {
+		t.Errorf("database %d after DROP: %d relations, %v", w.db2, len(after), err)
+	}
+
 	redone := 0
 	for _, r := range rels {
 		n, ok, err := tl.Nblocks(ctx, r.tag, end)
