@@ -48,7 +48,7 @@ type relInfo struct {
 	size uint32 // blocks at endLSN
 }
 
-func mustLSN(t *testing.T, s string) pg.LSN {
+func mustLSN(t testing.TB, s string) pg.LSN {
 	t.Helper()
 	l, err := pg.ParseLSN(s)
 	if err != nil {
@@ -144,7 +144,7 @@ type walRun struct {
 	db2Rels int    // its main fork files at dbMid
 }
 
-func genWAL(t *testing.T) *walRun {
+func genWAL(t testing.TB) *walRun {
 	srv := pgtest.Start(t, pgtest.Options{Conf: map[string]string{"full_page_writes": "on", "wal_level": "replica", "autovacuum": "off"}})
 	srv.Exec("postgres", "CHECKPOINT")
 	start := mustLSN(t, srv.QueryString("postgres", "SELECT checkpoint_lsn::text FROM pg_control_checkpoint()"))
@@ -197,7 +197,7 @@ func genWAL(t *testing.T) *walRun {
 		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels}
 }
 
-func newTimeline(t *testing.T) (*timeline.Timeline, *recFeedback) {
+func newTimeline(t testing.TB) (*timeline.Timeline, *recFeedback) {
 	tl, err := timeline.Open(context.Background(), pg.TimelineID{1}, t.TempDir(), timeline.Options{NoBackground: true}, timeline.Deps{
 		Log: zerolog.Nop(), Commit: &timeline.CommitLSN{}, Policy: timeline.FPIPolicy{},
 		Redo: Redo{Engine: postgres.NewEngine(postgres.Options{})},
@@ -400,4 +400,30 @@ func walBytes(t *testing.T, w *walRun) ([]byte, pg.LSN, pg.LSN) {
 		data = append(data, page...)
 	}
 	return data, from, endWAL
+}
+
+// BenchmarkIngestFolder measures Run over the pg_wal of genWAL's workload
+// (table, index, updates, VACUUM, CREATE/DROP DATABASE) into a fresh
+// timeline; bytes are WAL bytes.
+func BenchmarkIngestFolder(b *testing.B) {
+	w := genWAL(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		tl, _ := newTimeline(b)
+		src, err := wal.OpenDir(w.walDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		last, err := (&Ingester{TL: tl}).Run(context.Background(), src, w.start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(last - w.start))
+		b.StopTimer()
+		src.Close()
+		tl.Close()
+		b.StartTimer()
+	}
 }
