@@ -21,6 +21,7 @@
 package walingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -132,6 +133,12 @@ func (r Redo) Apply(key keyspace.Key, lsn pg.LSN, base []byte, records [][]byte)
 	if !key.IsRelBlock() {
 		return nil, fmt.Errorf("%w: delta on non-relation key %s", ErrBadDelta, key)
 	}
+	if base == nil {
+		// WillInit chains: a record that initializes the page, or one that
+		// Postgres' redo applies to the zeroed page it extends the relation
+		// with (see applier.extend).
+		base = make([]byte, pg.BlockSize)
+	}
 	req := redo.Request{Key: key.PageKey(), Base: base}
 	for _, d := range records {
 		rr, err := DecodeDelta(d)
@@ -188,7 +195,50 @@ func (in *Ingester) Run(ctx context.Context, src wal.Source, start pg.LSN) (pg.L
 type applier struct {
 	in    *Ingester
 	batch []ingest.Record
-	end   pg.LSN // the end LSN of the last record added
+	end   pg.LSN               // the end LSN of the last record added
+	sizes map[pg.RelTag]uint32 // relation sizes with the batch applied
+}
+
+func (a *applier) size(ctx context.Context, rel pg.RelTag) (uint32, error) {
+	if n, ok := a.sizes[rel]; ok {
+		return n, nil
+	}
+	n, _, err := a.in.TL.Nblocks(ctx, rel, timeline.LatestLSN)
+	if err != nil {
+		return 0, err
+	}
+	if a.sizes == nil {
+		a.sizes = map[pg.RelTag]uint32{}
+	}
+	a.sizes[rel] = n
+	return n, nil
+}
+
+// extend does what Postgres' redo does to a block past the relation's end
+// (XLogReadBufferExtended): the relation grows with zeroed pages, and the
+// record is applied to a zeroed page. The skipped pages get zero images;
+// a delta on the new page becomes WillInit (Redo starts it from zeros).
+func (a *applier) extend(ctx context.Context, rec *ingest.Record) error {
+	var out []ingest.BlockChange
+	for _, b := range rec.Blocks {
+		rel := b.Page.Tag()
+		n, err := a.size(ctx, rel)
+		if err != nil {
+			return err
+		}
+		if b.Page.Block >= n {
+			for blk := n; blk < b.Page.Block; blk++ {
+				out = append(out, ingest.BlockChange{Page: rel.Page(blk), Kind: layer.Image, Data: make([]byte, pg.BlockSize)})
+			}
+			if b.Kind == layer.Delta {
+				b.Kind = layer.WillInit
+			}
+			a.sizes[rel] = b.Page.Block + 1
+		}
+		out = append(out, b)
+	}
+	rec.Blocks = out
+	return nil
 }
 
 func (a *applier) flush(ctx context.Context) error {
@@ -199,6 +249,7 @@ func (a *applier) flush(ctx context.Context) error {
 		return err
 	}
 	a.batch = a.batch[:0]
+	clear(a.sizes)
 	if a.in.Feedback != nil {
 		a.in.Feedback.Report(a.in.TL.ID(), a.in.TL.LSNs())
 	}
@@ -222,12 +273,13 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	}
 	fileLevel := len(ops) > 0 || isTrunc
 	var rels []ingest.RelChange
+	var extra []ingest.BlockChange
 	if fileLevel {
 		// File-level operations look at the timeline: apply what precedes.
 		if err := a.flush(ctx); err != nil {
 			return err
 		}
-		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc); err != nil {
+		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc, &extra); err != nil {
 			return err
 		}
 	}
@@ -236,6 +288,19 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 		return err
 	}
 	rec.Rels = append(rels, rec.Rels...)
+	rec.Blocks = append(rec.Blocks, extra...)
+	if fileLevel {
+		clear(a.sizes)
+	}
+	for _, rc := range rec.Rels {
+		if a.sizes == nil {
+			a.sizes = map[pg.RelTag]uint32{}
+		}
+		a.sizes[rc.Rel] = rc.Nblocks // 0 when dropped
+	}
+	if err := a.extend(ctx, &rec); err != nil {
+		return err
+	}
 	a.end = r.EndLSN
 	a.batch = append(a.batch, rec)
 	if fileLevel || len(a.batch) >= bs {
@@ -244,7 +309,9 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	return nil
 }
 
-func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool) ([]ingest.RelChange, error) {
+// fileOps returns the relation changes of a record's file-level operations
+// and appends to extra the page images they imply.
+func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool, extra *[]ingest.BlockChange) ([]ingest.RelChange, error) {
 	var out []ingest.RelChange
 	for _, op := range ops {
 		switch op.Kind {
@@ -284,8 +351,25 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 			if err != nil {
 				return nil, err
 			}
-			if nb, _ := postgres.VMBlocksAfterTruncate(tr.Blocks); exists && nb < n {
+			nb, partial := postgres.VMBlocksAfterTruncate(tr.Blocks)
+			if exists && nb < n {
 				out = append(out, ingest.RelChange{Rel: vm, Nblocks: nb})
+			}
+			if exists && partial && nb-1 < n {
+				// visibilitymap_prepare_truncate clears the bits of the cut
+				// heap blocks in the last VM page, without WAL of its own.
+				pk := vm.Page(nb - 1)
+				p, err := in.TL.Get(ctx, keyspace.RelBlock(pk), timeline.LatestLSN)
+				switch {
+				case errors.Is(err, timeline.ErrNotFound) || errors.Is(err, timeline.ErrMissingBase):
+					// The page is not here: nothing to clear.
+				case err != nil:
+					return nil, err
+				default:
+					img := bytes.Clone(p)
+					postgres.VMTruncatePage(img, tr.Blocks)
+					*extra = append(*extra, ingest.BlockChange{Page: pk, Kind: layer.Image, Data: img})
+				}
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package walingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -47,6 +48,12 @@ func TestRedoAdapter(t *testing.T) {
 	}
 	if len(e.got) != 1 || e.got[0].Key != pk || string(e.got[0].Base) != "base" || len(e.got[0].Records) != 2 || e.got[0].Records[1].EndLSN != 128 {
 		t.Fatalf("engine got %+v", e.got)
+	}
+	if _, err := (Redo{Engine: e}).Apply(keyspace.RelBlock(pk), 128, nil, [][]byte{d}); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.got[1].Base; len(b) != pg.BlockSize || !bytes.Equal(b, make([]byte, pg.BlockSize)) {
+		t.Fatalf("WillInit chain: base of %d bytes, want a zeroed page", len(b))
 	}
 	if _, err := (Redo{Engine: e}).Apply(keyspace.RelSize(pk.Tag()), 128, nil, [][]byte{d}); !errors.Is(err, ErrBadDelta) {
 		t.Fatalf("non-block key: %v", err)
