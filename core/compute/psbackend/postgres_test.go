@@ -195,6 +195,9 @@ func mountPS(t *testing.T, h *harness, mnt, scratch string, uid, gid uint32, wal
 				t.Errorf("unmount: %v", err)
 			}
 			fusefs.MountpointCleanup(mnt)
+			if err := be.Close(); err != nil {
+				t.Errorf("close backend: %v", err)
+			}
 		})
 	}
 	t.Cleanup(done)

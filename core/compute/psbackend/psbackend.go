@@ -62,10 +62,14 @@ type Options struct {
 	SyncTimeout time.Duration
 	// SyncPoll is how often Sync re-reads the durable LSN (default 2ms).
 	SyncPoll time.Duration
-	// ZeroBatch bounds the zero pages sent in one PutPages when a fork is
-	// extended over a hole (default 256).
+	// ZeroBatch bounds the pages sent in one PutPages (default 256).
 	ZeroBatch int
-	Log       zerolog.Logger
+	// WriteBuffer is how many page writes are kept before they are sent in
+	// one PutPages (default 64; 1 sends every write at once). Buffered pages
+	// are read back from the buffer; Sync, relation size changes and Close
+	// send them first.
+	WriteBuffer int
+	Log         zerolog.Logger
 }
 
 type fileEnt struct {
@@ -81,7 +85,8 @@ type Backend struct {
 	tl   pg.TimelineID
 	opts Options
 
-	dirMu sync.Mutex // serializes folder changes (DirsFile rewrites)
+	dirMu   sync.Mutex // serializes folder changes (DirsFile rewrites)
+	flushMu sync.Mutex // serializes flushes of the page buffer
 
 	mu       sync.Mutex
 	rels     map[pg.RelTag]uint32
@@ -91,6 +96,16 @@ type Backend struct {
 	durable  pg.LSN            // highest durable LSN seen
 	advanced pg.LSN            // highest commit LSN set (StandaloneCommit)
 	closed   bool
+	buf      map[pg.PageKey]*bufPage // page writes not yet sent
+	// sizeW is, per fork, the highest LSN of a size version sent: every
+	// later size change is tagged at least that high, so the newest size
+	// is the newest version (buffered pages go out with mixed W).
+	sizeW map[pg.RelTag]pg.LSN
+}
+
+type bufPage struct {
+	data []byte
+	w    pg.LSN
 }
 
 var _ fusefs.Backend = (*Backend)(nil)
@@ -106,7 +121,10 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.ZeroBatch <= 0 {
 		opts.ZeroBatch = 256
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}}
+	if opts.WriteBuffer <= 0 {
+		opts.WriteBuffer = 64
+	}
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
 		return nil, fmt.Errorf("psbackend: list timeline %s: %w", tl, err)
@@ -194,12 +212,14 @@ func decodeDirs(data []byte) (map[string]uint32, error) {
 	return out, nil
 }
 
-// Close marks the Backend closed (the client is the caller's).
+// Close sends the buffered page writes and marks the Backend closed (the
+// client is the caller's).
 func (b *Backend) Close() error {
+	err := b.flush(context.Background())
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	return nil
+	return err
 }
 
 // sent records that a mutation tagged w went out.
@@ -217,6 +237,15 @@ func mapErr(err error) error {
 	return err
 }
 
+// sizeTag returns the tag for a size change of rel made at w and records it.
+func (b *Backend) sizeTag(rel pg.RelTag, w pg.LSN) pg.LSN {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w = max(w, b.sizeW[rel])
+	b.sizeW[rel] = w
+	return w
+}
+
 // ListRels implements fusefs.Backend.
 func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
 	ctx = context.WithoutCancel(ctx)
@@ -232,6 +261,10 @@ func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
 // CreateRel implements fusefs.Backend.
 func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	w = b.sizeTag(rel, w)
 	if err := b.c.SetRelSize(ctx, b.tl, rel, 0, w); err != nil {
 		return err
 	}
@@ -273,6 +306,11 @@ func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince
 		return fmt.Errorf("%w: block %s past the end (%d blocks)", fusefs.ErrNotFound, key, n)
 	}
 	b.mu.Lock()
+	if p, ok := b.buf[key]; ok {
+		copy(page, p.data)
+		b.mu.Unlock()
+		return nil
+	}
 	nms := min(notModifiedSince, b.maxW)
 	b.mu.Unlock()
 	data, err := b.c.GetPage(ctx, b.tl, client.PageRequest{Page: key, RequestLSN: client.LatestLSN, NotModifiedSince: nms})
@@ -290,27 +328,114 @@ func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince
 	return nil
 }
 
-// putZeros writes zero pages over blocks [from, to) of rel at w, so that
+// putZeros buffers zero pages over blocks [from, to) of rel at w, so that
 // versions left from before a truncation never show through a hole.
 func (b *Backend) putZeros(ctx context.Context, rel pg.RelTag, from, to uint32, w pg.LSN) error {
-	zero := make([]byte, pg.BlockSize)
-	for from < to {
-		end := min(to, from+uint32(b.opts.ZeroBatch))
-		ws := make([]client.PageWrite, 0, end-from)
-		for blk := from; blk < end; blk++ {
-			ws = append(ws, client.PageWrite{Page: rel.Page(blk), W: w, Data: zero})
-		}
-		d, err := b.c.PutPages(ctx, b.tl, ws)
-		if err != nil {
+	for blk := from; blk < to; blk++ {
+		if err := b.buffer(ctx, rel.Page(blk), make([]byte, pg.BlockSize), w); err != nil {
 			return err
 		}
-		b.sent(w, d)
-		from = end
 	}
 	return nil
 }
 
-// WritePage implements fusefs.Backend (PutPages tagged with w).
+// buffer keeps a page write (data is owned by the buffer from now on) and
+// sends the buffer when it is full.
+func (b *Backend) buffer(ctx context.Context, key pg.PageKey, data []byte, w pg.LSN) error {
+	b.mu.Lock()
+	b.buf[key] = &bufPage{data: data, w: w}
+	if n, ok := b.rels[key.Tag()]; ok && key.Block >= n {
+		b.rels[key.Tag()] = key.Block + 1
+	}
+	full := len(b.buf) >= b.opts.WriteBuffer
+	b.mu.Unlock()
+	if full {
+		return b.flush(ctx)
+	}
+	return nil
+}
+
+// flush sends every buffered page write. Pages stay readable from the
+// buffer until the pageserver has them.
+func (b *Backend) flush(ctx context.Context) error {
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
+	b.mu.Lock()
+	if len(b.buf) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	sent := make(map[pg.PageKey]*bufPage, len(b.buf))
+	ws := make([]client.PageWrite, 0, len(b.buf))
+	for k, p := range b.buf {
+		sent[k] = p
+		ws = append(ws, client.PageWrite{Page: k, W: p.w, Data: p.data})
+	}
+	b.mu.Unlock()
+	// Ascending keys: a fork grows block by block on the pageserver.
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].Page.Tag() != ws[j].Page.Tag() {
+			return relLess(ws[i].Page.Tag(), ws[j].Page.Tag())
+		}
+		return ws[i].Page.Block < ws[j].Page.Block
+	})
+	var maxW pg.LSN
+	for off := 0; off < len(ws); off += b.opts.ZeroBatch {
+		batch := ws[off:min(len(ws), off+b.opts.ZeroBatch)]
+		d, err := b.c.PutPages(ctx, b.tl, batch)
+		if err != nil {
+			return err
+		}
+		for _, w := range batch {
+			maxW = max(maxW, w.W)
+		}
+		b.sent(maxW, d)
+	}
+	// The pageserver extended each fork at the W of the page past its end;
+	// with mixed W in a batch an older size could be the newest version.
+	// Restate every touched fork's size above all of them.
+	top := map[pg.RelTag]pg.LSN{}
+	for _, w := range ws {
+		top[w.Page.Tag()] = max(top[w.Page.Tag()], w.W)
+	}
+	for rel, w := range top {
+		b.mu.Lock()
+		n, ok := b.rels[rel]
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		w = b.sizeTag(rel, w)
+		if err := b.c.SetRelSize(ctx, b.tl, rel, n, w); err != nil {
+			return err
+		}
+		b.sent(w, 0)
+	}
+	b.mu.Lock()
+	for k, p := range sent {
+		if b.buf[k] == p {
+			delete(b.buf, k)
+		}
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+func relLess(a, b pg.RelTag) bool {
+	if a.Spc != b.Spc {
+		return a.Spc < b.Spc
+	}
+	if a.DB != b.DB {
+		return a.DB < b.DB
+	}
+	if a.Rel != b.Rel {
+		return a.Rel < b.Rel
+	}
+	return a.Fork < b.Fork
+}
+
+// WritePage implements fusefs.Backend: the page joins the write buffer,
+// sent with PutPages tagged with w.
 func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
 	rel := key.Tag()
@@ -323,17 +448,7 @@ func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w 
 			return err
 		}
 	}
-	d, err := b.c.PutPages(ctx, b.tl, []client.PageWrite{{Page: key, W: w, Data: page}})
-	if err != nil {
-		return err
-	}
-	b.sent(w, d)
-	b.mu.Lock()
-	if _, ok := b.rels[rel]; ok && key.Block >= b.rels[rel] {
-		b.rels[rel] = key.Block + 1
-	}
-	b.mu.Unlock()
-	return nil
+	return b.buffer(ctx, key, bytes.Clone(page), w)
 }
 
 // TruncateRel implements fusefs.Backend.
@@ -348,6 +463,10 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 			return err
 		}
 	}
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	w = b.sizeTag(rel, w)
 	if err := b.c.SetRelSize(ctx, b.tl, rel, nblocks, w); err != nil {
 		return err
 	}
@@ -366,6 +485,10 @@ func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	if _, err := b.size(rel); err != nil {
 		return err
 	}
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	w = b.sizeTag(rel, w)
 	if err := b.c.DropRel(ctx, b.tl, rel, w); err != nil {
 		return mapErr(err)
 	}
@@ -685,6 +808,9 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, b.opts.SyncTimeout)
 		defer cancel()
+	}
+	if err := b.flush(ctx); err != nil {
+		return err
 	}
 	b.mu.Lock()
 	target := min(w, b.maxW)

@@ -216,3 +216,102 @@ func TestReopen(t *testing.T) {
 	h2 := start(t, dir, store)
 	check(open(t, h2, psbackend.Options{}))
 }
+
+// TestWriteBuffer: buffered page writes read back at once, reach the
+// pageserver (another Backend sees them) only once sent by Sync, and a
+// truncation orders after the writes it cuts.
+func TestWriteBuffer(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 1); err != nil {
+		t.Fatal(err)
+	}
+	for blk := uint32(0); blk < 10; blk++ {
+		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(10+blk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, pg.BlockSize)
+	if err := be.ReadPage(ctx, rel.Page(9), 0, buf); err != nil || !bytes.Equal(buf, page(10)) {
+		t.Fatalf("buffered page: %v, %d", err, buf[0])
+	}
+	other := open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, rel); err != nil || n != 0 {
+		t.Fatalf("another Backend sees %d blocks (%v) before the buffer was sent", n, err)
+	}
+	if err := be.TruncateRel(ctx, rel, 5, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Sync(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, rel); err != nil || n != 5 {
+		t.Fatalf("after truncate and Sync: %d blocks, %v", n, err)
+	}
+	for blk := uint32(0); blk < 5; blk++ {
+		if err := other.ReadPage(ctx, rel.Page(blk), 0, buf); err != nil || !bytes.Equal(buf, page(byte(blk+1))) {
+			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
+		}
+	}
+	// Re-extension over the cut part reads zeros, through the buffer and after.
+	if err := be.WritePage(ctx, rel.Page(7), page(77), 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.ReadPage(ctx, rel.Page(6), 0, buf); err != nil || !bytes.Equal(buf, make([]byte, pg.BlockSize)) {
+		t.Fatalf("hole block 6 (buffered): %v, %d", err, buf[0])
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if err := other.ReadPage(ctx, rel.Page(6), 0, buf); err != nil || !bytes.Equal(buf, make([]byte, pg.BlockSize)) {
+		t.Fatalf("hole block 6 after Close: %v, %d", err, buf[0])
+	}
+	if err := other.ReadPage(ctx, rel.Page(7), 0, buf); err != nil || !bytes.Equal(buf, page(77)) {
+		t.Fatalf("block 7 after Close: %v, %d", err, buf[0])
+	}
+}
+
+// TestBufferedSizeWithMixedW: a fork extended at W 300, 310 whose block 0
+// is rewritten at W 800 before the buffer goes out must keep 2 blocks on
+// the pageserver (its size version at 800 must not say 1).
+func TestBufferedSizeWithMixedW(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, wr := range []struct {
+		blk uint32
+		w   pg.LSN
+		b   byte
+	}{{0, 300, 1}, {1, 310, 2}, {0, 800, 3}} {
+		if err := be.WritePage(ctx, rel.Page(wr.blk), page(wr.b), wr.w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Sync(ctx, 800); err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, rel); err != nil || n != 2 {
+		t.Fatalf("pageserver size %d, %v; want 2", n, err)
+	}
+	buf := make([]byte, pg.BlockSize)
+	for blk, want := range []byte{3, 2} {
+		if err := other.ReadPage(ctx, rel.Page(uint32(blk)), 0, buf); err != nil || !bytes.Equal(buf, page(want)) {
+			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
+		}
+	}
+}
