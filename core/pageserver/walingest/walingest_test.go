@@ -7,7 +7,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stratadb/strata/core/pageserver/ingest"
 	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 	"github.com/stratadb/strata/sdk/redo"
@@ -109,5 +111,48 @@ func TestLiveComplete(t *testing.T) {
 	}
 	if err := l.ReadPage(base+2*wal.PageSize, page); !errors.Is(err, wal.ErrEndOfWAL) {
 		t.Fatalf("page not received: %v", err)
+	}
+}
+
+// TestExtendZeroes checks that a block past a relation's end gets zeroed
+// pages before it and starts from zeros itself, as Postgres' redo does.
+func TestExtendZeroes(t *testing.T) {
+	tl, _ := newTimeline(t)
+	a := &applier{in: &Ingester{TL: tl}}
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384, Fork: pg.VMFork}
+	rec := ingest.Record{LSN: 0x1000100, Blocks: []ingest.BlockChange{{Page: rel.Page(3), Kind: layer.Delta, Data: []byte("d")}}}
+	ctx := context.Background()
+	if err := a.extend(ctx, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Blocks) != 4 {
+		t.Fatalf("%d block changes, want 3 zero pages and the record's", len(rec.Blocks))
+	}
+	for i, b := range rec.Blocks[:3] {
+		if b.Page != rel.Page(uint32(i)) || b.Kind != layer.Image || !bytes.Equal(b.Data, make([]byte, pg.BlockSize)) {
+			t.Fatalf("change %d: %v kind %d, %d bytes", i, b.Page, b.Kind, len(b.Data))
+		}
+	}
+	if b := rec.Blocks[3]; b.Page != rel.Page(3) || b.Kind != layer.WillInit {
+		t.Fatalf("extending change: %v kind %d", b.Page, b.Kind)
+	}
+	// Inside the relation (as now extended) a delta stays a delta.
+	rec2 := ingest.Record{LSN: 0x1000200, Blocks: []ingest.BlockChange{{Page: rel.Page(2), Kind: layer.Delta, Data: []byte("d")}}}
+	if err := a.extend(ctx, &rec2); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec2.Blocks) != 1 || rec2.Blocks[0].Kind != layer.Delta {
+		t.Fatalf("in-range change became %+v", rec2.Blocks)
+	}
+	// Once applied, sizes come from the timeline.
+	if err := ingest.Apply(ctx, tl, []ingest.Record{rec}, rec.LSN); err != nil {
+		t.Fatal(err)
+	}
+	clear(a.sizes)
+	if n, err := a.size(ctx, rel); err != nil || n != 4 {
+		t.Fatalf("size after apply = %d, %v", n, err)
+	}
+	if p, err := tl.GetPage(ctx, rel.Page(1), rec.LSN, rec.LSN); err != nil || !bytes.Equal(p, make([]byte, pg.BlockSize)) {
+		t.Fatalf("gap page: %d bytes, %v", len(p), err)
 	}
 }
