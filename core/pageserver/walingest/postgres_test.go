@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -142,10 +143,11 @@ type walRun struct {
 	start, end      pg.LSN
 	rels            []relInfo
 	// A database created (WAL_LOG strategy) at dbMid and dropped before end.
-	db2     uint32
-	dbMid   pg.LSN
-	db2Map  []byte // its pg_filenode.map at dbMid
-	db2Rels int    // its main fork files at dbMid
+	db2        uint32
+	dbMid      pg.LSN
+	db2Map     []byte // its pg_filenode.map at dbMid
+	db2Version []byte // its PG_VERSION
+	db2Rels    int    // its main fork files at dbMid
 }
 
 func genWAL(t testing.TB) *walRun {
@@ -181,6 +183,10 @@ func genWAL(t testing.TB) *walRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db2Version, err := os.ReadFile(filepath.Join(srv.DataDir, "base", strconv.FormatUint(db2, 10), "PG_VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv.Exec("postgres", "DROP DATABASE d2")
 	end := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_insert_lsn()::text"))
 	dbOID, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'postgres'"), 10, 32)
@@ -207,7 +213,7 @@ func genWAL(t testing.TB) *walRun {
 	// A clean shutdown flushes the data files and the WAL.
 	srv.Stop()
 	return &walRun{dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels,
-		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels}
+		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels, db2Version: db2Version}
 }
 
 func newTimeline(t testing.TB) (*timeline.Timeline, *recFeedback) {
@@ -297,6 +303,15 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 	}
 	if after, err := tl.ListRels(ctx, keyspace.DBRange(1663, w.db2), last); err != nil || len(after) != 0 {
 		t.Errorf("database %d after DROP: %d relations, %v", w.db2, len(after), err)
+	}
+	versionFile := fmt.Sprintf("base/%d/PG_VERSION", w.db2)
+	if v, err := tl.ReadFile(ctx, versionFile, w.dbMid); err != nil || !bytes.Equal(v, w.db2Version) {
+		t.Errorf("%s: %q, %v, want %q", versionFile, v, err, w.db2Version)
+	}
+	for _, f := range []string{versionFile, relMapPath(1663, w.db2)} {
+		if _, ok, err := tl.StatFile(ctx, f, last); err != nil || ok {
+			t.Errorf("%s after DROP DATABASE: exists %v, %v", f, ok, err)
+		}
 	}
 
 	redone := 0

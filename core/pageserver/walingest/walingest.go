@@ -46,7 +46,10 @@ var (
 	ErrBadDelta = errors.New("walingest: malformed delta")
 )
 
-const globalTablespace = 1664
+const (
+	defaultTablespace = 1663
+	globalTablespace  = 1664
+)
 
 // EncodeDelta is the delta value stored for a record: its start LSN and end
 // LSN (8 bytes each, big endian) followed by the raw record.
@@ -274,12 +277,13 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	fileLevel := len(ops) > 0 || isTrunc
 	var rels []ingest.RelChange
 	var extra []ingest.BlockChange
+	var files []ingest.FileBlock
 	if fileLevel {
 		// File-level operations look at the timeline: apply what precedes.
 		if err := a.flush(ctx); err != nil {
 			return err
 		}
-		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc, &extra); err != nil {
+		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc, &extra, &files); err != nil {
 			return err
 		}
 	}
@@ -289,6 +293,7 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	}
 	rec.Rels = append(rels, rec.Rels...)
 	rec.Blocks = append(rec.Blocks, extra...)
+	rec.Files = append(rec.Files, files...)
 	if fileLevel {
 		clear(a.sizes)
 	}
@@ -309,9 +314,32 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	return nil
 }
 
+// unlink removes non-relation files at lsn (the record's end) when they exist.
+func (in *Ingester) unlink(ctx context.Context, lsn pg.LSN, paths ...string) error {
+	var cs []timeline.Change
+	for _, path := range paths {
+		size, ok, err := in.TL.StatFile(ctx, path, timeline.LatestLSN)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		cs = append(cs, timeline.Change{Key: keyspace.FileMeta(path), LSN: lsn, Kind: layer.Tombstone})
+		for blk := int64(0); blk*pg.BlockSize < size; blk++ {
+			cs = append(cs, timeline.Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: lsn, Kind: layer.Tombstone})
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	return in.TL.Ingest(ctx, cs, lsn)
+}
+
 // fileOps returns the relation changes of a record's file-level operations
-// and appends to extra the page images they imply.
-func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool, extra *[]ingest.BlockChange) ([]ingest.RelChange, error) {
+// and appends to extra and files the page images and file blocks they
+// imply. It removes the files of a dropped database itself.
+func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool, extra *[]ingest.BlockChange, files *[]ingest.FileBlock) ([]ingest.RelChange, error) {
 	var out []ingest.RelChange
 	for _, op := range ops {
 		switch op.Kind {
@@ -327,7 +355,13 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 			if op.SrcDB != 0 {
 				return nil, fmt.Errorf("%w: CREATE DATABASE with the FILE_COPY strategy at %s", ErrUnsupported, r.LSN)
 			}
-			// WAL_LOG strategy: the pages follow as images.
+			// WAL_LOG strategy: the pages follow as images; the redo of this
+			// record creates the database directory and its PG_VERSION.
+			for _, spc := range op.Spcs {
+				if spc == defaultTablespace {
+					*files = append(*files, ingest.FileBlock{Path: fmt.Sprintf("base/%d/PG_VERSION", op.DB), Data: []byte("15\n")})
+				}
+			}
 		case "drop-database":
 			for _, spc := range op.Spcs {
 				rels, err := in.TL.ListRels(ctx, keyspace.DBRange(spc, op.DB), timeline.LatestLSN)
@@ -336,6 +370,11 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 				}
 				for _, rel := range rels {
 					out = append(out, ingest.RelChange{Rel: rel, Drop: true})
+				}
+				if spc == defaultTablespace {
+					if err := in.unlink(ctx, r.EndLSN, fmt.Sprintf("base/%d/PG_VERSION", op.DB), relMapPath(spc, op.DB)); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
