@@ -4,6 +4,10 @@
 // (the compute's WAL position), and the pageserver keeps them pending until
 // the commit LSN reaches W (DESIGN.md invariant 2).
 //
+// Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync,
+// relation size changes and Close send the buffer first, and reads see
+// buffered pages.
+//
 // One Backend serves one timeline for one primary compute, the only writer
 // of that timeline. It therefore keeps an authoritative local index: the
 // size of every relation fork, the size (and, once read, the content) of
