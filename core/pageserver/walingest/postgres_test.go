@@ -136,6 +136,72 @@ func TestIngestPostgresWAL(t *testing.T) {
 			t.Fatalf("progress %+v, want received %s", p, walEnd)
 		}
 	})
+	t.Run("follow", func(t *testing.T) {
+		// The stream fails twice midway: Follow reopens it where ingest is.
+		tl, fb := newTimeline(t)
+		data, from, walEnd := walBytes(t, w)
+		mem := replication.NewMemory(1, from)
+		t.Cleanup(func() { mem.Close() })
+		mem.Append(data)
+		fl := &flakySource{Source: mem, failAfter: 3, failures: 2}
+		in := &Ingester{TL: tl, Feedback: fb, BatchSize: 16}
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() { res <- in.Follow(ctx, fl, "pageserver", w.start, zerolog.Nop()) }()
+		waitFor(t, 20*time.Second, "ingest of the streamed WAL", func() bool { return tl.LSNs().LastRecord >= walEnd })
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Follow after cancel: %v", err)
+		}
+		w.check(t, tl, fb, tl.LSNs().LastRecord)
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		if fl.opens != 3 || fl.starts[1] <= fl.starts[0] {
+			t.Fatalf("%d opens from %v, want 3, each further", fl.opens, fl.starts)
+		}
+	})
+}
+
+// flakySource fails the first failures streams after failAfter chunks.
+type flakySource struct {
+	replication.Source
+	failAfter int
+	mu        sync.Mutex
+	failures  int
+	opens     int
+	starts    []pg.LSN
+}
+
+type flakyStream struct {
+	replication.Stream
+	left int // chunks before failing, -1: never
+}
+
+func (f *flakySource) Stream(ctx context.Context, consumer string, start pg.LSN) (replication.Stream, error) {
+	st, err := f.Source.Stream(ctx, consumer, start)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens++
+	f.starts = append(f.starts, start)
+	left := -1
+	if f.failures > 0 {
+		f.failures--
+		left = f.failAfter
+	}
+	return &flakyStream{Stream: st, left: left}, nil
+}
+
+func (s *flakyStream) Recv() (replication.Chunk, error) {
+	if s.left == 0 {
+		return replication.Chunk{}, errors.New("connection reset")
+	}
+	if s.left > 0 {
+		s.left--
+	}
+	return s.Stream.Recv()
 }
 
 type walRun struct {

@@ -26,6 +26,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/ingest"
 	"github.com/stratadb/strata/core/pageserver/keyspace"
@@ -591,3 +594,29 @@ const (
 	longHeaderSize  = 40
 	xlpLongHeader   = 0x0002
 )
+
+// Follow runs RunStream until ctx ends, reopening the stream with backoff
+// (100 ms doubling to 10 s) after it fails. Each attempt starts at the
+// timeline's last record LSN (the end of the last ingested record, where
+// the next begins), or at start when the timeline has not reached it. It
+// returns ctx's error, or timeline.ErrClosed when the timeline is closed.
+func (in *Ingester) Follow(ctx context.Context, src replication.Source, consumer string, start pg.LSN, log zerolog.Logger) error {
+	backoff := 100 * time.Millisecond
+	for {
+		from := max(start, in.TL.LSNs().LastRecord)
+		_, err := in.RunStream(ctx, src, consumer, from)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, timeline.ErrClosed) {
+			return err
+		}
+		log.Warn().Err(err).Stringer("from", from).Dur("retry_in", backoff).Msg("walingest: WAL stream interrupted")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
