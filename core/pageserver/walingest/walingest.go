@@ -569,8 +569,8 @@ func (l *liveWAL) complete(pos pg.LSN) bool {
 		return false
 	}
 	need := pg.LSN(binary.LittleEndian.Uint32(b))
-	if need < wal.RecordHeaderSize {
-		return true
+	if need < wal.RecordHeaderSize || need > maxRecordSize {
+		return true // the reader reports it; do not wait for it
 	}
 	for {
 		room := wal.PageSize - pos%wal.PageSize
@@ -590,6 +590,7 @@ func (l *liveWAL) complete(pos pg.LSN) bool {
 // WAL page header sizes (MAXALIGNed XLogPageHeaderData and
 // XLogLongPageHeaderData) and XLP_LONG_HEADER.
 const (
+	maxRecordSize   = 1020 << 20 // the reader's limit (XLogRecordMaxSize)
 	shortHeaderSize = 24
 	longHeaderSize  = 40
 	xlpLongHeader   = 0x0002

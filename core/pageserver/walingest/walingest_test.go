@@ -98,6 +98,15 @@ func TestLiveComplete(t *testing.T) {
 	if !l.complete(base) {
 		t.Fatal("zero length at a received position should be readable")
 	}
+	// An impossible length is left to the reader to report, not awaited.
+	binary.LittleEndian.PutUint32(buf[pos:], 2<<30)
+	bad := &liveWAL{base: base}
+	if err := bad.append(base, buf[:wal.PageSize]); err != nil {
+		t.Fatal(err)
+	}
+	if !bad.complete(base + pg.LSN(pos)) {
+		t.Fatal("a corrupt record length would be waited for")
+	}
 	if err := l.append(base+1, buf[:10]); err == nil {
 		t.Fatal("a chunk that does not continue the stream was accepted")
 	}
