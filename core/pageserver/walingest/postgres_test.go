@@ -213,6 +213,7 @@ type walRun struct {
 	dbMid      pg.LSN
 	db2Map     []byte // its pg_filenode.map at dbMid
 	db2Version []byte // its PG_VERSION
+	xact       []byte // pg_xact/0000 after shutdown
 	db2Rels    int    // its main fork files at dbMid
 }
 
@@ -278,7 +279,11 @@ func genWAL(t testing.TB) *walRun {
 	}
 	// A clean shutdown flushes the data files and the WAL.
 	srv.Stop()
-	return &walRun{dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels,
+	xact, err := os.ReadFile(filepath.Join(srv.DataDir, "pg_xact", "0000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &walRun{xact: xact, dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels,
 		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels, db2Version: db2Version}
 }
 
@@ -317,6 +322,7 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 	}
 	rd := wal.NewReader(src2, start)
 	images := 0
+	var minXID, maxXID uint32
 	for {
 		r, err := rd.Next()
 		if errors.Is(err, wal.ErrEndOfWAL) {
@@ -324,6 +330,12 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.RmID == wal.RmXact && r.XID != 0 {
+			if minXID == 0 || r.XID < minXID {
+				minXID = r.XID
+			}
+			maxXID = max(maxXID, r.XID)
 		}
 		for i := range r.Blocks {
 			b := &r.Blocks[i]
@@ -377,6 +389,21 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 	for _, f := range []string{versionFile, relMapPath(1663, w.db2)} {
 		if _, ok, err := tl.StatFile(ctx, f, last); err != nil || ok {
 			t.Errorf("%s after DROP DATABASE: exists %v, %v", f, ok, err)
+		}
+	}
+
+	// Transaction status of the workload's transactions, as in pg_xact.
+	xact, err := tl.ReadFile(ctx, "pg_xact/0000", last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxXID-minXID < 5 || int(maxXID/4) >= len(xact) || int(maxXID/4) >= len(w.xact) {
+		t.Fatalf("xids %d..%d, pg_xact of %d bytes here, %d in Postgres", minXID, maxXID, len(xact), len(w.xact))
+	}
+	for x := minXID; x <= maxXID; x++ {
+		got, want := xact[x/4]>>((x%4)*2)&3, w.xact[x/4]>>((x%4)*2)&3
+		if got != want || want != postgres.XactCommitted {
+			t.Errorf("xid %d: status %d, Postgres has %d", x, got, want)
 		}
 	}
 

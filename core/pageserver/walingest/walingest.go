@@ -203,6 +203,69 @@ type applier struct {
 	batch []ingest.Record
 	end   pg.LSN               // the end LSN of the last record added
 	sizes map[pg.RelTag]uint32 // relation sizes with the batch applied
+	clog  map[uint32][]byte    // pg_xact pages changed in the batch, by page number
+}
+
+// clogPath returns the pg_xact segment file and block of a CLOG page.
+func clogPath(pageno uint32) (string, uint32) {
+	return fmt.Sprintf("pg_xact/%04X", pageno/slruPagesPerSegment), pageno % slruPagesPerSegment
+}
+
+const slruPagesPerSegment = 32
+
+func (a *applier) clogPage(ctx context.Context, pageno uint32) ([]byte, error) {
+	if p, ok := a.clog[pageno]; ok {
+		return p, nil
+	}
+	path, blk := clogPath(pageno)
+	page := make([]byte, pg.BlockSize)
+	p, err := a.in.TL.Get(ctx, keyspace.FileBlock(path, blk), timeline.LatestLSN)
+	switch {
+	case err == nil:
+		copy(page, p)
+	case !errors.Is(err, timeline.ErrNotFound):
+		return nil, err
+	}
+	if a.clog == nil {
+		a.clog = map[uint32][]byte{}
+	}
+	a.clog[pageno] = page
+	return page, nil
+}
+
+// xact adds to rec the pg_xact pages r changes: transaction status on
+// commit and abort, a zeroed page on CLOG ZEROPAGE. Each changed page is
+// stored whole at the record's LSN.
+func (a *applier) xact(ctx context.Context, r *wal.Record, rec *ingest.Record) error {
+	if pn, ok := postgres.CLOGZeroPage(r); ok {
+		if a.clog == nil {
+			a.clog = map[uint32][]byte{}
+		}
+		a.clog[pn] = make([]byte, pg.BlockSize)
+		path, blk := clogPath(pn)
+		rec.Files = append(rec.Files, ingest.FileBlock{Path: path, Block: blk, Data: make([]byte, pg.BlockSize)})
+		return nil
+	}
+	ch, ok, err := postgres.XactStatusChange(r)
+	if err != nil || !ok {
+		return err
+	}
+	done := map[uint32]bool{}
+	for _, x := range ch.XIDs {
+		pn := postgres.CLOGPageOf(x)
+		if done[pn] {
+			continue
+		}
+		done[pn] = true
+		page, err := a.clogPage(ctx, pn)
+		if err != nil {
+			return err
+		}
+		postgres.SetXactStatus(ch, pn, page)
+		path, blk := clogPath(pn)
+		rec.Files = append(rec.Files, ingest.FileBlock{Path: path, Block: blk, Data: bytes.Clone(page)})
+	}
+	return nil
 }
 
 func (a *applier) size(ctx context.Context, rel pg.RelTag) (uint32, error) {
@@ -256,6 +319,7 @@ func (a *applier) flush(ctx context.Context) error {
 	}
 	a.batch = a.batch[:0]
 	clear(a.sizes)
+	clear(a.clog)
 	if a.in.Feedback != nil {
 		a.in.Feedback.Report(a.in.TL.ID(), a.in.TL.LSNs())
 	}
@@ -307,6 +371,9 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 		a.sizes[rc.Rel] = rc.Nblocks // 0 when dropped
 	}
 	if err := a.extend(ctx, &rec); err != nil {
+		return err
+	}
+	if err := a.xact(ctx, r, &rec); err != nil {
 		return err
 	}
 	a.end = r.EndLSN
