@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$(go env GOPATH 2>/dev/null || echo /root/go)/bin:$PATH
 export PATH=$(go env GOPATH)/bin:$PATH
 
-scripts/install-deps.sh
+scripts/install-deps.sh --tests
+scripts/emulators/install.sh
 
 export STRATA_REQUIRE_EMULATORS=1
 export STRATA_REQUIRE_BROWSER=1
