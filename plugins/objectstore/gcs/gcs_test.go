@@ -1,14 +1,12 @@
 package gcs_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -93,91 +91,8 @@ func TestResumable(t *testing.T) {
 	open := emulator(t, func(c *gcs.Config) { c.ChunkSize = 256 << 10 })
 	st := open(t)
 	defer st.Close()
-	ctx := context.Background()
-	const size = 1<<20 + 17 // five chunks, the last one short
-	p := storetest.Pattern{Seed: 7}
-	for _, known := range []bool{true, false} {
-		key := fmt.Sprintf("rs/known-%v", known)
-		opts := objectstore.PutOptions{Size: -1, IfNotExists: true}
-		if known {
-			opts.Size = size
-		}
-		if err := st.Put(ctx, key, p.Reader(size), opts); err != nil {
-			t.Fatalf("resumable Put %+v: %v", opts, err)
-		}
-		if got := readAll(t, st, key); !bytes.Equal(got, p.Bytes(0, size)) {
-			t.Fatalf("Get(%q) after resumable Put: %d bytes, content differs", key, len(got))
-		}
-		err := st.Put(ctx, key, storetest.Pattern{Seed: 8}.Reader(size), opts)
-		if !errors.Is(err, objectstore.ErrExists) {
-			t.Fatalf("second resumable Put IfNotExists: %v, want ErrExists", err)
-		}
-		if got := readAll(t, st, key); !bytes.Equal(got, p.Bytes(0, size)) {
-			t.Fatalf("Get(%q) after a lost conditional create changed", key)
-		}
-	}
-	const racers = 4
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = st.Put(ctx, "rs/race", storetest.Pattern{Seed: uint64(100 + i)}.Reader(size),
-				objectstore.PutOptions{Size: size, IfNotExists: true})
-		}()
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("racers %d and %d both won", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, objectstore.ErrExists):
-			t.Fatalf("racer %d: %v, want ErrExists", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer won")
-	}
-	if got := readAll(t, st, "rs/race"); !bytes.Equal(got, storetest.Pattern{Seed: uint64(100 + winner)}.Bytes(0, size)) {
-		t.Fatal("rs/race does not hold the winner's bytes")
-	}
-	errBody := errors.New("body failed")
-	err := st.Put(ctx, "rs/failed", io.MultiReader(p.Reader(700<<10), errReader{errBody}), objectstore.PutOptions{Size: -1})
-	if !errors.Is(err, errBody) {
-		t.Fatalf("Put with a failing body: %v, want it to wrap the body's error", err)
-	}
-	if _, err := st.Stat(ctx, "rs/failed"); !errors.Is(err, objectstore.ErrNotFound) {
-		t.Fatalf("Stat after a failed resumable Put: %v, want ErrNotFound", err)
-	}
-	err = st.Put(ctx, "rs/long", p.Reader(size), objectstore.PutOptions{Size: size - 1})
-	if err == nil {
-		t.Fatal("Put with a body longer than Size succeeded")
-	}
-	if _, err := st.Stat(ctx, "rs/long"); !errors.Is(err, objectstore.ErrNotFound) {
-		t.Fatalf("Stat after a Put with a wrong Size: %v, want ErrNotFound", err)
-	}
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-
-func readAll(t *testing.T, st objectstore.Store, key string) []byte {
-	t.Helper()
-	rc, err := st.Get(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Get(%q): %v", key, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatalf("reading %q: %v", key, err)
-	}
-	return b
+	// Five chunks, the last one short; the failing body dies after two.
+	storetest.RunMultipart(t, st, storetest.MultipartOptions{Prefix: "rs", Size: 1<<20 + 17, FailAfter: 700 << 10})
 }
 
 // TestPrefixIsolation: stores on prefixes "iso/a" and "iso/ab" of one bucket
@@ -208,7 +123,7 @@ func TestPrefixIsolation(t *testing.T) {
 		if len(keys) != 1 || keys[0] != "k" {
 			t.Fatalf("store %q lists %q, want [k]", st.Prefix(), keys)
 		}
-		if got := readAll(t, st, "k"); string(got) != st.Prefix() {
+		if got := storetest.ReadAll(t, st, "k"); string(got) != st.Prefix() {
 			t.Fatalf("store %q reads %q", st.Prefix(), got)
 		}
 		// A length that would overflow off+length reads to the end.

@@ -1,7 +1,6 @@
 package s3_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -131,101 +130,13 @@ func TestMultipart(t *testing.T) {
 	})
 	st := open(t)
 	defer st.Close()
-	ctx := context.Background()
-	const size = 12<<20 + 17 // three parts, the last one short
-	p := storetest.Pattern{Seed: 7}
-	for _, known := range []bool{true, false} {
-		key := fmt.Sprintf("mp/known-%v", known)
-		opts := objectstore.PutOptions{Size: -1, IfNotExists: true}
-		if known {
-			opts.Size = size
-		}
-		if err := st.Put(ctx, key, p.Reader(size), opts); err != nil {
-			t.Fatalf("multipart Put %+v: %v", opts, err)
-		}
-		if got := readAll(t, st, key); !bytes.Equal(got, p.Bytes(0, size)) {
-			t.Fatalf("Get(%q) after multipart Put: %d bytes, content differs", key, len(got))
-		}
-		// A conditional create of the same key, also multipart, loses.
-		err := st.Put(ctx, key, storetest.Pattern{Seed: 8}.Reader(size), opts)
-		if !errors.Is(err, objectstore.ErrExists) {
-			t.Fatalf("second multipart Put IfNotExists: %v, want ErrExists", err)
-		}
-		if got := readAll(t, st, key); !bytes.Equal(got, p.Bytes(0, size)) {
-			t.Fatalf("Get(%q) after a lost conditional create changed", key)
-		}
-	}
-
-	// Four multipart conditional creates race: exactly one wins.
-	const racers = 4
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = st.Put(ctx, "mp/race", storetest.Pattern{Seed: uint64(100 + i)}.Reader(size),
-				objectstore.PutOptions{Size: size, IfNotExists: true})
-		}()
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("racers %d and %d both won", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, objectstore.ErrExists):
-			t.Fatalf("racer %d: %v, want ErrExists", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer won")
-	}
-	if got := readAll(t, st, "mp/race"); !bytes.Equal(got, storetest.Pattern{Seed: uint64(100 + winner)}.Bytes(0, size)) {
-		t.Fatalf("mp/race does not hold the winner's bytes")
-	}
-
-	// A body that fails after two parts: no object, no open upload.
-	errBody := errors.New("body failed")
-	err := st.Put(ctx, "mp/failed", io.MultiReader(p.Reader(11<<20), errReader{errBody}), objectstore.PutOptions{Size: -1})
-	if !errors.Is(err, errBody) {
-		t.Fatalf("Put with a failing body: %v, want it to wrap the body's error", err)
-	}
-	if _, err := st.Stat(ctx, "mp/failed"); !errors.Is(err, objectstore.ErrNotFound) {
-		t.Fatalf("Stat after a failed multipart Put: %v, want ErrNotFound", err)
-	}
-	// A body longer than PutOptions.Size fails too.
-	err = st.Put(ctx, "mp/long", p.Reader(size), objectstore.PutOptions{Size: size - 1})
-	if err == nil {
-		t.Fatal("Put with a body longer than Size succeeded")
-	}
-	if _, err := st.Stat(ctx, "mp/long"); !errors.Is(err, objectstore.ErrNotFound) {
-		t.Fatalf("Stat after a Put with a wrong Size: %v, want ErrNotFound", err)
-	}
+	// Three parts, the last one short; the failing body dies after two.
+	storetest.RunMultipart(t, st, storetest.MultipartOptions{Prefix: "mp", Size: 12<<20 + 17, FailAfter: 11 << 20})
+	// None of the failed Puts left a multipart upload open.
 	uploads := listUploads(t, gw.Endpoint, st)
 	if len(uploads) != 0 {
 		t.Fatalf("failed Puts left %d multipart uploads open: %q", len(uploads), uploads)
 	}
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-
-func readAll(t *testing.T, st objectstore.Store, key string) []byte {
-	t.Helper()
-	rc, err := st.Get(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Get(%q): %v", key, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatalf("reading %q: %v", key, err)
-	}
-	return b
 }
 
 // listUploads lists the open multipart uploads under the store's prefix
@@ -282,7 +193,7 @@ func TestPrefixIsolation(t *testing.T) {
 		if len(keys) != 1 || keys[0] != "k" {
 			t.Fatalf("store %q lists %q, want [k]", st.Prefix(), keys)
 		}
-		if got := readAll(t, st, "k"); string(got) != st.Prefix() {
+		if got := storetest.ReadAll(t, st, "k"); string(got) != st.Prefix() {
 			t.Fatalf("store %q reads %q", st.Prefix(), got)
 		}
 		// A length that would overflow off+length reads to the end.
