@@ -43,3 +43,11 @@ func (t *Timeline) DropPending(e pg.LSN) int {
 	}
 	return dropped
 }
+
+// PendingCount returns the number of pending (gated) versions; cheaper than
+// LSNs, and it does not read the commit LSN source.
+func (t *Timeline) PendingCount() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.pending)
+}
