@@ -15,6 +15,7 @@ func (t *Timeline) DropPending(e pg.LSN) int {
 	defer t.writeMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.epoch.Add(1) // before and after, as every write (pageCache.putIf)
 	var keep []layer.Version
 	dropped := 0
 	for _, v := range t.pending {
