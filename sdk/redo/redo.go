@@ -66,13 +66,17 @@ type Redoer interface {
 }
 
 // PageHistory describes what the pageserver holds for one page since its
-// last image.
+// last image, as seen when one more record for it is ingested.
 type PageHistory struct {
 	Key        pg.PageKey
-	Deltas     int // records since the last image
+	Deltas     int // records since the last image, this one included
 	DeltaBytes int // their total size
 	// FPI reports that the newest record carries a full page image.
 	FPI bool
+	// Burst is how many records for the page the current ingest batch
+	// holds so far (this one included): a measure of how write-hot the
+	// page is right now.
+	Burst int
 }
 
 // ImagePolicy decides when to materialize a full page image. It is called
@@ -97,13 +101,31 @@ func (p DeltaPolicy) ShouldMaterialize(h PageHistory) bool {
 }
 
 // FPIPolicy stores an image only when the WAL itself carries one (a full
-// page image), as stock Postgres replay would have it.
+// page image), as stock Postgres replay would have it. It bounds delta
+// chains only when Postgres runs with full_page_writes=on (every page gets
+// an image after each checkpoint); with full_page_writes=off chains grow
+// without limit.
 type FPIPolicy struct{}
 
 // ShouldMaterialize implements ImagePolicy.
 func (FPIPolicy) ShouldMaterialize(h PageHistory) bool { return h.FPI }
 
+// HotPolicy is DeltaPolicy plus eager images of write-hot pages: a page
+// that receives Burst or more records within one ingest batch gets an
+// image at once (at the batch's last record for it), so the pages a
+// workload hammers are always one image away, whatever N is.
+type HotPolicy struct {
+	DeltaPolicy
+	Burst int // 0 disables the burst rule
+}
+
+// ShouldMaterialize implements ImagePolicy.
+func (p HotPolicy) ShouldMaterialize(h PageHistory) bool {
+	return p.DeltaPolicy.ShouldMaterialize(h) || (p.Burst > 0 && h.Burst >= p.Burst)
+}
+
 var (
 	_ ImagePolicy = DeltaPolicy{}
 	_ ImagePolicy = FPIPolicy{}
+	_ ImagePolicy = HotPolicy{}
 )

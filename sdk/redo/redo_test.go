@@ -21,3 +21,24 @@ func TestImagePolicies(t *testing.T) {
 		t.Error("FPI policy wrong")
 	}
 }
+
+func TestHotPolicy(t *testing.T) {
+	p := redo.HotPolicy{DeltaPolicy: redo.DeltaPolicy{NDeltas: 10}, Burst: 3}
+	cases := []struct {
+		h    redo.PageHistory
+		want bool
+	}{
+		{redo.PageHistory{Deltas: 2, Burst: 2}, false},
+		{redo.PageHistory{Deltas: 3, Burst: 3}, true},  // hot: three in one batch
+		{redo.PageHistory{Deltas: 10, Burst: 1}, true}, // cold but the chain is long
+		{redo.PageHistory{Deltas: 9, Burst: 1}, false},
+	}
+	for _, c := range cases {
+		if got := p.ShouldMaterialize(c.h); got != c.want {
+			t.Errorf("%+v: %v, want %v", c.h, got, c.want)
+		}
+	}
+	if (redo.HotPolicy{}).ShouldMaterialize(redo.PageHistory{Deltas: 100, Burst: 100}) {
+		t.Error("zero hot policy materialized")
+	}
+}

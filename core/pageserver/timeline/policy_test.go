@@ -9,6 +9,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/redo"
 )
 
 // TestPushdownMaterializes: with PushdownPolicy{N: 3}, the third delta
@@ -80,5 +81,167 @@ func TestBackpressure(t *testing.T) {
 	}
 	if len(tl.Layers()) == 0 {
 		t.Fatal("nothing flushed")
+	}
+}
+
+// ingestWithPolicy is Ingest followed by the images DueImages asks for,
+// stored at the same LSNs: what Ingest does with a KeyPolicy.
+func ingestWithPolicy(t *testing.T, tl *Timeline, cs []Change, last pg.LSN) {
+	t.Helper()
+	ctx := context.Background()
+	if err := tl.Ingest(ctx, cs, last); err != nil {
+		t.Fatal(err)
+	}
+	tl.writeMu.Lock()
+	imgs, err := tl.DueImages(ctx, cs)
+	tl.writeMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored through Ingest (its own rule is off: N = 0 in these tests).
+	if err := tl.Ingest(ctx, imgs, last); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// imagesOf returns the LSNs of k's image versions at or below upto that
+// follow its first version (the images the policy made), oldest first.
+func imagesOf(t *testing.T, tl *Timeline, k keyspace.Key) []pg.LSN {
+	t.Helper()
+	var out []pg.LSN
+	s := tl.snap(k)
+	var vs []layer.Version
+	for _, m := range s.mems {
+		vs = m.Versions(vs[:0], k, LatestLSN)
+		for _, v := range vs {
+			if v.Kind == layer.Image {
+				out = append(out, v.LSN)
+			}
+		}
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func openPolicy(t *testing.T, p ImagePolicy) *Timeline {
+	t.Helper()
+	tl, err := Open(context.Background(), pg.TimelineID{0xD2}, t.TempDir(), smallOpts(), Deps{Log: zerolog.Nop(), Commit: &CommitLSN{},
+		Redo: concatRedo{}, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tl.Close() })
+	return tl
+}
+
+// TestPushdownBytes: PushdownPolicy{NBytes: 10} materializes a key once
+// its deltas since the last image add up to 10 bytes, whatever their
+// count, and the image holds exactly the redo of the chain.
+func TestPushdownBytes(t *testing.T) {
+	tl := openPolicy(t, PushdownPolicy{NBytes: 10})
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 2})
+	steps := []Change{
+		{Key: k, LSN: 10, Kind: layer.Image, Data: []byte("base")},
+		{Key: k, LSN: 20, Kind: layer.Delta, Data: []byte("1234")},
+		{Key: k, LSN: 30, Kind: layer.Delta, Data: []byte("5678")},
+		{Key: k, LSN: 40, Kind: layer.Delta, Data: []byte("90")},         // 10 bytes: image
+		{Key: k, LSN: 50, Kind: layer.Delta, Data: []byte("abcdefghij")}, // 10 bytes alone: image
+		{Key: k, LSN: 60, Kind: layer.Delta, Data: []byte("k")},
+	}
+	for _, c := range steps {
+		ingestWithPolicy(t, tl, []Change{c}, c.LSN)
+	}
+	if got := imagesOf(t, tl, k); len(got) != 3 || got[1] != 40 || got[2] != 50 {
+		t.Fatalf("images at %v, want [10 40 50]", got)
+	}
+	cs, _, err := tl.collect(context.Background(), k, 45)
+	if err != nil || len(cs) != 1 || cs[0].v.Kind != layer.Image || string(cs[0].v.Data) != "base1234567890" {
+		t.Fatalf("read at 45: %d versions, %v", len(cs), err)
+	}
+	if got, _ := tl.Get(context.Background(), k, 60); string(got) != "base1234567890abcdefghijk" {
+		t.Fatalf("value at 60 %q", got)
+	}
+}
+
+// TestHotPolicyBurst: with HotPolicy{Burst: 3} (and a larger byte
+// limit), a key that gets three deltas in one ingest batch is materialized
+// at the third; a key with one delta per batch is not, until the limit.
+// (N stays 0: Ingest's own MaterializeAfter rule would count too.)
+func TestHotPolicyBurst(t *testing.T) {
+	tl := openPolicy(t, HotPolicy{PushdownPolicy: PushdownPolicy{NBytes: 5}, Burst: 3})
+	hot := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 3})
+	cold := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 4})
+	ingestWithPolicy(t, tl, []Change{
+		{Key: hot, LSN: 10, Kind: layer.Image, Data: []byte("H")},
+		{Key: cold, LSN: 10, Kind: layer.Image, Data: []byte("C")},
+	}, 10)
+	// One batch: hot gets a, b, c (burst of 3), cold gets one delta.
+	ingestWithPolicy(t, tl, []Change{
+		{Key: hot, LSN: 20, Kind: layer.Delta, Data: []byte("a")},
+		{Key: cold, LSN: 20, Kind: layer.Delta, Data: []byte("x")},
+		{Key: hot, LSN: 30, Kind: layer.Delta, Data: []byte("b")},
+		{Key: hot, LSN: 40, Kind: layer.Delta, Data: []byte("c")},
+	}, 40)
+	if got := imagesOf(t, tl, hot); len(got) != 2 || got[1] != 40 {
+		t.Fatalf("hot key images at %v, want [10 40]", got)
+	}
+	if got := imagesOf(t, tl, cold); len(got) != 1 {
+		t.Fatalf("cold key images at %v, want [10]", got)
+	}
+	// Cold: one 1-byte delta per batch; the fifth since its image (5 bytes) makes one.
+	for lsn := pg.LSN(50); lsn <= 90; lsn += 10 {
+		ingestWithPolicy(t, tl, []Change{{Key: cold, LSN: lsn, Kind: layer.Delta, Data: []byte("y")}}, lsn)
+		want := 1
+		if lsn >= 80 {
+			want = 2
+		}
+		if got := imagesOf(t, tl, cold); len(got) != want {
+			t.Fatalf("after the delta at %d: cold images at %v, want %d", lsn, got, want)
+		}
+	}
+	if got, _ := tl.Get(context.Background(), cold, 90); string(got) != "Cxyyyyy" {
+		t.Fatalf("cold value %q", got)
+	}
+	if got, _ := tl.Get(context.Background(), hot, 40); string(got) != "Habc" {
+		t.Fatalf("hot value %q", got)
+	}
+}
+
+// TestFPIPolicyNeverRedoes: the fpi policy makes no images of its own and
+// an SDKPolicy wraps any sdk/redo policy.
+func TestFPIPolicyNeverRedoes(t *testing.T) {
+	for _, p := range []ImagePolicy{FPIPolicy{}, SDKPolicy{PolicyName: "sdk-fpi", Policy: redo.FPIPolicy{}}} {
+		tl := openPolicy(t, p)
+		k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 5})
+		ingestWithPolicy(t, tl, []Change{{Key: k, LSN: 10, Kind: layer.WillInit, Data: []byte("w")}}, 10)
+		for lsn := pg.LSN(20); lsn < 200; lsn += 10 {
+			ingestWithPolicy(t, tl, []Change{{Key: k, LSN: lsn, Kind: layer.Delta, Data: []byte("d")}}, lsn)
+		}
+		if got := imagesOf(t, tl, k); len(got) != 0 {
+			t.Fatalf("%s: images at %v", p.Name(), got)
+		}
+	}
+	tl := openPolicy(t, SDKPolicy{PolicyName: "sdk-delta", Policy: redo.DeltaPolicy{NDeltas: 2}})
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 6})
+	ingestWithPolicy(t, tl, []Change{{Key: k, LSN: 10, Kind: layer.WillInit, Data: []byte("w")}}, 10)
+	for lsn := pg.LSN(20); lsn <= 50; lsn += 10 {
+		ingestWithPolicy(t, tl, []Change{{Key: k, LSN: lsn, Kind: layer.Delta, Data: []byte("d")}}, lsn)
+	}
+	if got := imagesOf(t, tl, k); len(got) != 2 || got[0] != 30 || got[1] != 50 {
+		t.Fatalf("sdk delta policy: images at %v, want [30 50]", got)
+	}
+}
+
+func TestChainState(t *testing.T) {
+	var s chainState
+	for i := 0; i < 5; i++ {
+		s = s.add(1000)
+	}
+	if s.deltas() != 5 || s.bytes() != 5000 {
+		t.Fatalf("deltas %d bytes %d", s.deltas(), s.bytes())
 	}
 }

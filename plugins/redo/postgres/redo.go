@@ -32,6 +32,9 @@ func RecordName(r *wal.Record) string {
 	return r.RmID.String() + "/" + id
 }
 
+// xlogFPIForHint is XLOG_FPI_FOR_HINT.
+const xlogFPIForHint = 0xA0
+
 func unsupported(r *wal.Record) error {
 	return fmt.Errorf("%w: %s at %s", redo.ErrUnsupported, RecordName(r), r.LSN)
 }
@@ -83,7 +86,13 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 	case wal.RmSequence:
 		err = redoSequence(r, blk, p)
 	case wal.RmXLOG:
-		// FPI and FPI_FOR_HINT always carry applied images (handled above).
+		// FPI carries an applied image (handled above). FPI_FOR_HINT
+		// carries none when full_page_writes is off (wal_log_hints or
+		// checksums on): Postgres' xlog_redo skips such a block, the
+		// page and its LSN stay as they are.
+		if r.RmInfo() == xlogFPIForHint {
+			return nil
+		}
 		err = unsupported(r)
 	default:
 		err = unsupported(r)

@@ -47,3 +47,25 @@ func TestMalformedRecordIsAnError(t *testing.T) {
 		t.Fatalf("insert at offset 200 of an empty page: %v", err)
 	}
 }
+
+// With full_page_writes=off and wal_log_hints=on, Postgres logs
+// FPI_FOR_HINT records without an image; redo leaves the page (and its
+// LSN) as it is, as xlog_redo does. XLOG FPI without an image is an error.
+func TestFPIForHintWithoutImage(t *testing.T) {
+	key := pg.PageKey{Spc: 1663, DB: 5, Rel: 16384}
+	p := make([]byte, pg.BlockSize)
+	page(p).init(0)
+	page(p).setLSN(0x900)
+	want := append([]byte(nil), p...)
+	r := &wal.Record{RmID: wal.RmXLOG, Info: 0xA0, LSN: 0x1000, EndLSN: 0x1040, Blocks: []wal.BlockRef{{ID: 0, Page: key}}}
+	if err := RedoBlock(r, &r.Blocks[0], p, Options{HintBitsLogged: true}); err != nil {
+		t.Fatal(err)
+	}
+	if string(p) != string(want) {
+		t.Fatal("FPI_FOR_HINT without an image changed the page")
+	}
+	r.Info = 0xB0 // XLOG_FPI
+	if err := RedoBlock(r, &r.Blocks[0], p, Options{}); err == nil {
+		t.Fatal("XLOG FPI without an image accepted")
+	}
+}
