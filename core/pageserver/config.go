@@ -4,9 +4,13 @@
 // (create, branch, list). The gRPC API is in core/pageserver/server, the
 // client the compute uses in core/pageserver/client.
 //
-// It does not follow the safekeepers' WAL itself yet: a WAL follower feeds
-// Timeline.Ingest with decoded changes, and the commit LSN for the
-// writeback durability gate comes from a CommitLSNSource (see Deps).
+// It does not talk to the safekeepers itself: core/pageserver/sklink binds a
+// timeline to a safekeeper group (the commit LSN of the writeback
+// durability gate, a CommitLSNSource given through Deps.Commit, and WAL
+// ingest for the fpi and pushdown policies). It does fence computes:
+// BeginTerm drops a dead compute's pending versions and Mutate refuses
+// writes of older terms; Incarnation tells a compute that the process
+// restarted and forgot pending versions.
 package pageserver
 
 import (

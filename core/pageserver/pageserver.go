@@ -2,6 +2,8 @@ package pageserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +27,9 @@ var (
 	ErrNoTimeline = errors.New("pageserver: no such timeline")
 	// ErrTimelineExists: CreateTimeline or Branch with an ID in use.
 	ErrTimelineExists = errors.New("pageserver: timeline exists")
+	// ErrStaleTerm: a mutation or BeginTerm carries a term below the
+	// timeline's current term (the compute was fenced by a newer one).
+	ErrStaleTerm = errors.New("pageserver: stale term")
 )
 
 // Deps are the pageserver's collaborators.
@@ -33,11 +38,16 @@ type Deps struct {
 	Registry prometheus.Registerer // nil: no metrics
 	// Store is the object store (nil: local only, nothing survives disk loss).
 	Store objectstore.Store
-	// Commit returns the commit LSN source of a timeline (nil: a settable
-	// timeline.CommitLSN per timeline, advanced with AdvanceCommitLSN).
+	// Commit returns the commit LSN source of a timeline. When Commit is
+	// nil or returns nil for a timeline, that timeline gets a settable
+	// timeline.CommitLSN, advanced with AdvanceCommitLSN.
 	Commit func(pg.TimelineID) timeline.CommitLSNSource
 	// Redo materializes delta records (nil: none; writeback needs none).
 	Redo timeline.Redo
+	// AfterWrite (may be nil) is called after every successful Mutate,
+	// e.g. to make the commit LSN source poll faster while versions are
+	// pending. It must not block.
+	AfterWrite func(tl *timeline.Timeline)
 }
 
 // Pageserver owns the timelines of one data directory. Safe for concurrent use.
@@ -47,9 +57,20 @@ type Pageserver struct {
 	remote  *manifest.Remote
 	metrics *timeline.Metrics
 
+	incarnation uint64
+
 	mu        sync.RWMutex
 	timelines map[pg.TimelineID]*timeline.Timeline
 	commits   map[pg.TimelineID]*timeline.CommitLSN
+	fences    map[pg.TimelineID]*fence
+}
+
+// fence is a timeline's compute term: mutations hold mu shared, BeginTerm
+// exclusively, so no mutation of an older term lands after BeginTerm has
+// dropped the pending versions.
+type fence struct {
+	mu   sync.RWMutex
+	term uint64
 }
 
 // meta is timelines/<id>/timeline.json: what is needed to open a timeline
@@ -66,7 +87,13 @@ func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Pageserver{cfg: cfg, d: d, timelines: map[pg.TimelineID]*timeline.Timeline{}, commits: map[pg.TimelineID]*timeline.CommitLSN{}}
+	p := &Pageserver{cfg: cfg, d: d, timelines: map[pg.TimelineID]*timeline.Timeline{},
+		commits: map[pg.TimelineID]*timeline.CommitLSN{}, fences: map[pg.TimelineID]*fence{}}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	p.incarnation = binary.LittleEndian.Uint64(b[:]) | 1 // never 0
 	if d.Store != nil {
 		p.remote = &manifest.Remote{Store: d.Store, Parallel: cfg.UploadParallelism}
 	}
@@ -171,11 +198,17 @@ func (p *Pageserver) openTimeline(ctx context.Context, id pg.TimelineID, anc *ti
 	var commit timeline.CommitLSNSource
 	if p.d.Commit != nil {
 		commit = p.d.Commit(id)
-	} else {
+	}
+	if commit == nil {
 		c := &timeline.CommitLSN{}
 		p.commits[id] = c
 		commit = c
 	}
+	term, err := p.loadTerm(id)
+	if err != nil {
+		return nil, err
+	}
+	p.fences[id] = &fence{term: term}
 	return timeline.Open(ctx, id, p.dir(id), p.cfg.Options(), timeline.Deps{
 		Log: p.d.Log, Commit: commit, Redo: p.d.Redo, Policy: p.cfg.Policy(),
 		Remote: p.remote, Metrics: p.metrics, Ancestor: anc, AncestorLSN: ancLSN,
@@ -330,4 +363,134 @@ func (p *Pageserver) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Incarnation returns this process's incarnation: a random non-zero number
+// drawn at New. Pending versions live in memory only, so a compute that
+// sees the incarnation change knows that every version it wrote above the
+// durable LSN it last saw under the old incarnation is lost.
+func (p *Pageserver) Incarnation() uint64 { return p.incarnation }
+
+const termFile = "term.json"
+
+func (p *Pageserver) loadTerm(id pg.TimelineID) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(p.dir(id), termFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var v struct {
+		Term uint64 `json:"term"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return 0, fmt.Errorf("pageserver: timeline %s: %s: %w", id, termFile, err)
+	}
+	return v.Term, nil
+}
+
+// saveTerm writes term.json durably (write, fsync, rename, fsync the folder).
+func (p *Pageserver) saveTerm(id pg.TimelineID, term uint64) error {
+	dir := p.dir(id)
+	tmp := filepath.Join(dir, termFile+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "{\"term\":%d}\n", term)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, termFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (p *Pageserver) fenceOf(id pg.TimelineID) (*timeline.Timeline, *fence, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	tl, ok := p.timelines[id]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNoTimeline, id)
+	}
+	return tl, p.fences[id], nil
+}
+
+// Term returns the timeline's current compute term (0: never set).
+func (p *Pageserver) Term(id pg.TimelineID) (uint64, error) {
+	_, f, err := p.fenceOf(id)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.term, nil
+}
+
+// BeginTerm is called by a compute that won the safekeeper election for
+// term (> 0) with durable end e (the end of the WAL the quorum agreed on).
+// It drops every pending version with W above e (a dead compute's writes
+// whose WAL the new term overwrites), remembers term durably in the
+// timeline's folder, and from then on Mutate refuses lower non-zero terms.
+// A term below the current one fails with ErrStaleTerm; the current term
+// again is a no-op (a retried call), so the compute must call it once,
+// before its first write. It returns the number of dropped versions.
+func (p *Pageserver) BeginTerm(id pg.TimelineID, term uint64, e pg.LSN) (int, error) {
+	if term == 0 {
+		return 0, fmt.Errorf("pageserver: BeginTerm with term 0")
+	}
+	tl, f, err := p.fenceOf(id)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case term < f.term:
+		return 0, fmt.Errorf("%w: term %d, timeline %s is at %d", ErrStaleTerm, term, id, f.term)
+	case term == f.term:
+		return 0, nil
+	}
+	n := tl.DropPending(e)
+	if err := p.saveTerm(id, term); err != nil {
+		return n, fmt.Errorf("pageserver: saving term of %s: %w", id, err)
+	}
+	f.term = term
+	p.d.Log.Info().Stringer("timeline", id).Uint64("term", term).Stringer("durable_end", e).Int("dropped", n).Msg("compute term begins")
+	return n, nil
+}
+
+// Mutate runs fn, a write to timeline id on behalf of a compute of term
+// (0: unfenced), unless term is below the timeline's current term
+// (ErrStaleTerm). BeginTerm waits for running mutations and blocks new ones.
+func (p *Pageserver) Mutate(id pg.TimelineID, term uint64, fn func(tl *timeline.Timeline) error) error {
+	tl, f, err := p.fenceOf(id)
+	if err != nil {
+		return err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if term != 0 && term < f.term {
+		return fmt.Errorf("%w: term %d, timeline %s is at %d", ErrStaleTerm, term, id, f.term)
+	}
+	if err := fn(tl); err != nil {
+		return err
+	}
+	if p.d.AfterWrite != nil {
+		p.d.AfterWrite(tl)
+	}
+	return nil
 }

@@ -7,6 +7,36 @@
 // GetPages multiplexes batches from many goroutines over one bidirectional
 // stream; a broken stream fails the batches in flight and is reopened on
 // the next call.
+//
+// # Terms and incarnations (the compute's contract)
+//
+// Writes (PutPages, SetRelSize, DropRel, WriteFile, TruncateFile,
+// UnlinkFile) carry the client's term (SetTerm; BeginTerm sets it too).
+// A compute that won the safekeeper election for term T with durable end E
+// calls BeginTerm(T, E) once, before its first write: the pageserver drops
+// every pending version above E (a dead compute's writes) and from then on
+// refuses writes of lower terms with pageserver.ErrStaleTerm. Term 0 means
+// unfenced (tests, tools).
+//
+// Every write answer (the *Ack methods) and GetDurable carry an Ack: the
+// timeline's durable LSN and the pageserver's incarnation, a random number
+// drawn when the pageserver process started. Versions above the durable
+// LSN (pending: their W is above the safekeepers' commit LSN) live only in
+// the pageserver's memory, so the compute must:
+//
+//  1. note, for each write it has not yet seen durable, the incarnation of
+//     the Ack that accepted it;
+//  2. treat a write as durable only when an Ack of that same incarnation
+//     has Durable >= its W;
+//  3. when an Ack (or GetDurable) shows another incarnation while it still
+//     holds such writes, consider them lost: re-send them (it still has the
+//     bytes) before it declares them durable, or fail the fsync that waits
+//     for them (EIO), never report success.
+//
+// The plain methods (PutPages returning the durable LSN, SetRelSize, ...)
+// are the same calls without the incarnation; Incarnation returns the one
+// of the newest answer seen, which is not enough for rule 3 under
+// concurrency.
 package client
 
 import (
@@ -15,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,7 +75,37 @@ type Client struct {
 	nextID  uint64
 	waiting map[uint64]chan result
 	closed  bool
+
+	term        atomic.Uint64
+	incarnation atomic.Uint64
 }
+
+// Ack is the answer of a write and of GetDurable.
+type Ack struct {
+	// Durable is the timeline's durable LSN: every version at or below it
+	// that this incarnation accepted survives a pageserver restart.
+	Durable pg.LSN
+	// Incarnation identifies the pageserver process (random, non-zero).
+	Incarnation uint64
+}
+
+func (c *Client) ack(r *pb.PutPagesResponse) Ack {
+	a := Ack{Durable: pg.LSN(r.DurableLsn), Incarnation: r.Incarnation}
+	if a.Incarnation != 0 {
+		c.incarnation.Store(a.Incarnation)
+	}
+	return a
+}
+
+// SetTerm sets the term every later write carries (0: unfenced).
+func (c *Client) SetTerm(term uint64) { c.term.Store(term) }
+
+// Term returns the term writes carry.
+func (c *Client) Term() uint64 { return c.term.Load() }
+
+// Incarnation returns the pageserver incarnation of the newest answer seen
+// (0: none yet).
+func (c *Client) Incarnation() uint64 { return c.incarnation.Load() }
 
 type result struct {
 	resp *pb.GetPageBatchResponse
@@ -96,6 +157,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %s", timeline.ErrBelowGCCutoff, st.Message())
 	case codes.AlreadyExists:
 		return fmt.Errorf("%w: %s", pageserver.ErrTimelineExists, st.Message())
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s", pageserver.ErrStaleTerm, st.Message())
 	}
 	return err
 }
@@ -249,15 +312,44 @@ type PageWrite = timeline.PageWrite
 // PutPages sends page writes (writeback mode). It returns the timeline's
 // durable LSN: writes at or below it survive a pageserver restart.
 func (c *Client) PutPages(ctx context.Context, tl pg.TimelineID, ws []PageWrite) (pg.LSN, error) {
-	req := &pb.PutPagesRequest{Timeline: tl[:], Pages: make([]*pb.PageWrite, len(ws))}
+	a, err := c.PutPagesAck(ctx, tl, ws)
+	return a.Durable, err
+}
+
+// PutPagesAck is PutPages with the incarnation (see the package doc).
+func (c *Client) PutPagesAck(ctx context.Context, tl pg.TimelineID, ws []PageWrite) (Ack, error) {
+	req := &pb.PutPagesRequest{Timeline: tl[:], Pages: make([]*pb.PageWrite, len(ws)), Term: c.Term()}
 	for i, w := range ws {
 		req.Pages[i] = &pb.PageWrite{Rel: rt(w.Page.Tag()), Block: w.Page.Block, W: uint64(w.W), Page: w.Data}
 	}
 	resp, err := c.rpc.PutPages(ctx, req)
 	if err != nil {
-		return 0, fromStatus(err)
+		return Ack{}, fromStatus(err)
 	}
-	return pg.LSN(resp.DurableLsn), nil
+	return c.ack(resp), nil
+}
+
+// GetDurable returns the timeline's durable LSN and the incarnation.
+func (c *Client) GetDurable(ctx context.Context, tl pg.TimelineID) (Ack, error) {
+	resp, err := c.rpc.GetDurable(ctx, &pb.GetDurableRequest{Timeline: tl[:]})
+	if err != nil {
+		return Ack{}, fromStatus(err)
+	}
+	return c.ack(resp), nil
+}
+
+// BeginTerm starts term (won in the safekeeper election with durable end
+// e) on the timeline: the pageserver drops pending versions above e and
+// refuses writes of lower terms from then on. It also makes term the
+// client's write term. It returns the number of dropped versions and the
+// Ack after the drop.
+func (c *Client) BeginTerm(ctx context.Context, tl pg.TimelineID, term uint64, e pg.LSN) (int, Ack, error) {
+	resp, err := c.rpc.BeginTerm(ctx, &pb.BeginTermRequest{Timeline: tl[:], Term: term, DurableEnd: uint64(e)})
+	if err != nil {
+		return 0, Ack{}, fromStatus(err)
+	}
+	c.SetTerm(term)
+	return int(resp.Dropped), c.ack(&pb.PutPagesResponse{DurableLsn: resp.DurableLsn, Incarnation: resp.Incarnation}), nil
 }
 
 // RelSize is a relation fork's size and existence.
@@ -306,14 +398,42 @@ func (c *Client) DBSize(ctx context.Context, tl pg.TimelineID, spc, db uint32, l
 
 // SetRelSize creates, truncates or extends a relation fork at W.
 func (c *Client) SetRelSize(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, n uint32, w pg.LSN) error {
-	_, err := c.rpc.RelOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_SET_SIZE, Rel: rt(rel), Nblocks: n, W: uint64(w)})
-	return fromStatus(err)
+	_, err := c.SetRelSizeAck(ctx, tl, rel, n, w)
+	return err
+}
+
+// SetRelSizeAck is SetRelSize with the Ack.
+func (c *Client) SetRelSizeAck(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, n uint32, w pg.LSN) (Ack, error) {
+	return c.relOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_SET_SIZE, Rel: rt(rel), Nblocks: n, W: uint64(w)})
 }
 
 // DropRel drops a relation fork at W.
 func (c *Client) DropRel(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, w pg.LSN) error {
-	_, err := c.rpc.RelOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_DROP, Rel: rt(rel), W: uint64(w)})
-	return fromStatus(err)
+	_, err := c.DropRelAck(ctx, tl, rel, w)
+	return err
+}
+
+// DropRelAck is DropRel with the Ack.
+func (c *Client) DropRelAck(ctx context.Context, tl pg.TimelineID, rel pg.RelTag, w pg.LSN) (Ack, error) {
+	return c.relOp(ctx, &pb.RelOpRequest{Timeline: tl[:], Op: pb.RelOpRequest_DROP, Rel: rt(rel), W: uint64(w)})
+}
+
+func (c *Client) relOp(ctx context.Context, r *pb.RelOpRequest) (Ack, error) {
+	r.Term = c.Term()
+	resp, err := c.rpc.RelOp(ctx, r)
+	if err != nil {
+		return Ack{}, fromStatus(err)
+	}
+	return c.ack(resp), nil
+}
+
+func (c *Client) fileOp(ctx context.Context, r *pb.FileOpRequest) (Ack, error) {
+	r.Term = c.Term()
+	resp, err := c.rpc.FileOp(ctx, r)
+	if err != nil {
+		return Ack{}, fromStatus(err)
+	}
+	return c.ack(resp), nil
 }
 
 // GetFile returns a non-relation file's content at lsn.
@@ -327,20 +447,35 @@ func (c *Client) GetFile(ctx context.Context, tl pg.TimelineID, path string, lsn
 
 // WriteFile writes data at off into a non-relation file at W.
 func (c *Client) WriteFile(ctx context.Context, tl pg.TimelineID, path string, off int64, data []byte, w pg.LSN) error {
-	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_WRITE, Path: path, Offset: off, Data: data, W: uint64(w)})
-	return fromStatus(err)
+	_, err := c.WriteFileAck(ctx, tl, path, off, data, w)
+	return err
+}
+
+// WriteFileAck is WriteFile with the Ack.
+func (c *Client) WriteFileAck(ctx context.Context, tl pg.TimelineID, path string, off int64, data []byte, w pg.LSN) (Ack, error) {
+	return c.fileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_WRITE, Path: path, Offset: off, Data: data, W: uint64(w)})
 }
 
 // TruncateFile sets a non-relation file's size at W.
 func (c *Client) TruncateFile(ctx context.Context, tl pg.TimelineID, path string, size int64, w pg.LSN) error {
-	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_TRUNCATE, Path: path, Size: size, W: uint64(w)})
-	return fromStatus(err)
+	_, err := c.TruncateFileAck(ctx, tl, path, size, w)
+	return err
+}
+
+// TruncateFileAck is TruncateFile with the Ack.
+func (c *Client) TruncateFileAck(ctx context.Context, tl pg.TimelineID, path string, size int64, w pg.LSN) (Ack, error) {
+	return c.fileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_TRUNCATE, Path: path, Size: size, W: uint64(w)})
 }
 
 // UnlinkFile removes a non-relation file at W.
 func (c *Client) UnlinkFile(ctx context.Context, tl pg.TimelineID, path string, w pg.LSN) error {
-	_, err := c.rpc.FileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_UNLINK, Path: path, W: uint64(w)})
-	return fromStatus(err)
+	_, err := c.UnlinkFileAck(ctx, tl, path, w)
+	return err
+}
+
+// UnlinkFileAck is UnlinkFile with the Ack.
+func (c *Client) UnlinkFileAck(ctx context.Context, tl pg.TimelineID, path string, w pg.LSN) (Ack, error) {
+	return c.fileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_UNLINK, Path: path, W: uint64(w)})
 }
 
 // FileInfo names a non-relation file.
@@ -390,6 +525,10 @@ type TimelineInfo struct {
 	AncestorLSN pg.LSN
 	LSNs        timeline.LSNs
 	Layers      int
+	// Incarnation of the answering pageserver; Term: the timeline's
+	// compute term (0: never set).
+	Incarnation uint64
+	Term        uint64
 }
 
 func fromInfo(i *pb.TimelineInfo) TimelineInfo {
@@ -400,6 +539,7 @@ func fromInfo(i *pb.TimelineInfo) TimelineInfo {
 	t.LSNs = timeline.LSNs{LastRecord: pg.LSN(i.LastRecordLsn), Commit: pg.LSN(i.CommitLsn), Durable: pg.LSN(i.DurableLsn),
 		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Pending: int(i.Pending)}
 	t.Layers = int(i.Layers)
+	t.Incarnation, t.Term = i.Incarnation, i.Term
 	return t
 }
 

@@ -556,10 +556,14 @@ func (x *PageWrite) GetPage() []byte {
 	return nil
 }
 
+// Mutations (PutPages, RelOp, FileOp) carry the compute's term: a term
+// below the one set by BeginTerm is refused (FAILED_PRECONDITION); 0 means
+// no fencing (tests, old callers).
 type PutPagesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
 	Pages         []*PageWrite           `protobuf:"bytes,2,rep,name=pages,proto3" json:"pages,omitempty"`
+	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,9 +612,21 @@ func (x *PutPagesRequest) GetPages() []*PageWrite {
 	return nil
 }
 
+func (x *PutPagesRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+// The answer of every mutation and of GetDurable: the timeline's durable LSN
+// and the pageserver's incarnation (random per process start). Versions
+// accepted by one incarnation and not yet durable are lost when the
+// incarnation changes.
 type PutPagesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DurableLsn    uint64                 `protobuf:"varint,1,opt,name=durable_lsn,json=durableLsn,proto3" json:"durable_lsn,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +664,13 @@ func (*PutPagesResponse) Descriptor() ([]byte, []int) {
 func (x *PutPagesResponse) GetDurableLsn() uint64 {
 	if x != nil {
 		return x.DurableLsn
+	}
+	return 0
+}
+
+func (x *PutPagesResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -891,6 +914,7 @@ type RelOpRequest struct {
 	Rel           *RelTag                `protobuf:"bytes,3,opt,name=rel,proto3" json:"rel,omitempty"`
 	Nblocks       uint32                 `protobuf:"varint,4,opt,name=nblocks,proto3" json:"nblocks,omitempty"`
 	W             uint64                 `protobuf:"varint,5,opt,name=w,proto3" json:"w,omitempty"`
+	Term          uint64                 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +980,13 @@ func (x *RelOpRequest) GetNblocks() uint32 {
 func (x *RelOpRequest) GetW() uint64 {
 	if x != nil {
 		return x.W
+	}
+	return 0
+}
+
+func (x *RelOpRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -1073,6 +1104,7 @@ type FileOpRequest struct {
 	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
 	Size          int64                  `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
 	W             uint64                 `protobuf:"varint,7,opt,name=w,proto3" json:"w,omitempty"`
+	Term          uint64                 `protobuf:"varint,8,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1152,6 +1184,13 @@ func (x *FileOpRequest) GetSize() int64 {
 func (x *FileOpRequest) GetW() uint64 {
 	if x != nil {
 		return x.W
+	}
+	return 0
+}
+
+func (x *FileOpRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -1480,6 +1519,8 @@ type TimelineInfo struct {
 	GcCutoff            uint64                 `protobuf:"varint,8,opt,name=gc_cutoff,json=gcCutoff,proto3" json:"gc_cutoff,omitempty"`
 	Pending             uint32                 `protobuf:"varint,9,opt,name=pending,proto3" json:"pending,omitempty"`
 	Layers              uint32                 `protobuf:"varint,10,opt,name=layers,proto3" json:"layers,omitempty"`
+	Incarnation         uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Term                uint64                 `protobuf:"varint,12,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1580,6 +1621,20 @@ func (x *TimelineInfo) GetPending() uint32 {
 func (x *TimelineInfo) GetLayers() uint32 {
 	if x != nil {
 		return x.Layers
+	}
+	return 0
+}
+
+func (x *TimelineInfo) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *TimelineInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -1752,6 +1807,173 @@ func (*Empty) Descriptor() ([]byte, []int) {
 	return file_pageserver_proto_rawDescGZIP(), []int{26}
 }
 
+// BeginTermRequest: a compute that won the safekeeper election for term
+// with durable end E drops the pending versions above E and fences lower
+// terms.
+type BeginTermRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	DurableEnd    uint64                 `protobuf:"varint,3,opt,name=durable_end,json=durableEnd,proto3" json:"durable_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTermRequest) Reset() {
+	*x = BeginTermRequest{}
+	mi := &file_pageserver_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTermRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTermRequest) ProtoMessage() {}
+
+func (x *BeginTermRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTermRequest.ProtoReflect.Descriptor instead.
+func (*BeginTermRequest) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BeginTermRequest) GetTimeline() []byte {
+	if x != nil {
+		return x.Timeline
+	}
+	return nil
+}
+
+func (x *BeginTermRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *BeginTermRequest) GetDurableEnd() uint64 {
+	if x != nil {
+		return x.DurableEnd
+	}
+	return 0
+}
+
+type BeginTermResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dropped       uint32                 `protobuf:"varint,1,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	DurableLsn    uint64                 `protobuf:"varint,2,opt,name=durable_lsn,json=durableLsn,proto3" json:"durable_lsn,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTermResponse) Reset() {
+	*x = BeginTermResponse{}
+	mi := &file_pageserver_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTermResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTermResponse) ProtoMessage() {}
+
+func (x *BeginTermResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTermResponse.ProtoReflect.Descriptor instead.
+func (*BeginTermResponse) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BeginTermResponse) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *BeginTermResponse) GetDurableLsn() uint64 {
+	if x != nil {
+		return x.DurableLsn
+	}
+	return 0
+}
+
+func (x *BeginTermResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+type GetDurableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDurableRequest) Reset() {
+	*x = GetDurableRequest{}
+	mi := &file_pageserver_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDurableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDurableRequest) ProtoMessage() {}
+
+func (x *GetDurableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDurableRequest.ProtoReflect.Descriptor instead.
+func (*GetDurableRequest) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetDurableRequest) GetTimeline() []byte {
+	if x != nil {
+		return x.Timeline
+	}
+	return nil
+}
+
 var File_pageserver_proto protoreflect.FileDescriptor
 
 const file_pageserver_proto_rawDesc = "" +
@@ -1784,13 +2006,15 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x03rel\x18\x01 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\x12\f\n" +
 	"\x01w\x18\x03 \x01(\x04R\x01w\x12\x12\n" +
-	"\x04page\x18\x04 \x01(\fR\x04page\"d\n" +
+	"\x04page\x18\x04 \x01(\fR\x04page\"x\n" +
 	"\x0fPutPagesRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x125\n" +
-	"\x05pages\x18\x02 \x03(\v2\x1f.strata.pageserver.v1.PageWriteR\x05pages\"3\n" +
+	"\x05pages\x18\x02 \x03(\v2\x1f.strata.pageserver.v1.PageWriteR\x05pages\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"U\n" +
 	"\x10PutPagesResponse\x12\x1f\n" +
 	"\vdurable_lsn\x18\x01 \x01(\x04R\n" +
-	"durableLsn\"\xad\x01\n" +
+	"durableLsn\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\xad\x01\n" +
 	"\x0eNblocksRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x120\n" +
 	"\x04rels\x18\x02 \x03(\v2\x1c.strata.pageserver.v1.RelTagR\x04rels\x12\x1f\n" +
@@ -1807,13 +2031,14 @@ const file_pageserver_proto_rawDesc = "" +
 	"\vrequest_lsn\x18\x04 \x01(\x04R\n" +
 	"requestLsn\"&\n" +
 	"\x0eDbSizeResponse\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\xd7\x01\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\xeb\x01\n" +
 	"\fRelOpRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x125\n" +
 	"\x02op\x18\x02 \x01(\x0e2%.strata.pageserver.v1.RelOpRequest.OpR\x02op\x12.\n" +
 	"\x03rel\x18\x03 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x18\n" +
 	"\anblocks\x18\x04 \x01(\rR\anblocks\x12\f\n" +
-	"\x01w\x18\x05 \x01(\x04R\x01w\"\x1c\n" +
+	"\x01w\x18\x05 \x01(\x04R\x01w\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\"\x1c\n" +
 	"\x02Op\x12\f\n" +
 	"\bSET_SIZE\x10\x00\x12\b\n" +
 	"\x04DROP\x10\x01\"a\n" +
@@ -1823,7 +2048,7 @@ const file_pageserver_proto_rawDesc = "" +
 	"\vrequest_lsn\x18\x03 \x01(\x04R\n" +
 	"requestLsn\"%\n" +
 	"\x0fGetFileResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xf0\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x84\x02\n" +
 	"\rFileOpRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x126\n" +
 	"\x02op\x18\x02 \x01(\x0e2&.strata.pageserver.v1.FileOpRequest.OpR\x02op\x12\x12\n" +
@@ -1831,7 +2056,8 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x03R\x04size\x12\f\n" +
-	"\x01w\x18\a \x01(\x04R\x01w\")\n" +
+	"\x01w\x18\a \x01(\x04R\x01w\x12\x12\n" +
+	"\x04term\x18\b \x01(\x04R\x04term\")\n" +
 	"\x02Op\x12\t\n" +
 	"\x05WRITE\x10\x00\x12\f\n" +
 	"\bTRUNCATE\x10\x01\x12\n" +
@@ -1855,7 +2081,7 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x0fTimelineRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
-	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\xd4\x02\n" +
+	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\x8a\x03\n" +
 	"\fTimelineInfo\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
@@ -1869,7 +2095,9 @@ const file_pageserver_proto_rawDesc = "" +
 	"\tgc_cutoff\x18\b \x01(\x04R\bgcCutoff\x12\x18\n" +
 	"\apending\x18\t \x01(\rR\apending\x12\x16\n" +
 	"\x06layers\x18\n" +
-	" \x01(\rR\x06layers\"\x16\n" +
+	" \x01(\rR\x06layers\x12 \n" +
+	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12\x12\n" +
+	"\x04term\x18\f \x01(\x04R\x04term\"\x16\n" +
 	"\x14ListTimelinesRequest\"Y\n" +
 	"\x15ListTimelinesResponse\x12@\n" +
 	"\ttimelines\x18\x01 \x03(\v2\".strata.pageserver.v1.TimelineInfoR\ttimelines\"T\n" +
@@ -1877,13 +2105,26 @@ const file_pageserver_proto_rawDesc = "" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1d\n" +
 	"\n" +
 	"commit_lsn\x18\x02 \x01(\x04R\tcommitLsn\"\a\n" +
-	"\x05Empty*O\n" +
+	"\x05Empty\"c\n" +
+	"\x10BeginTermRequest\x12\x1a\n" +
+	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1f\n" +
+	"\vdurable_end\x18\x03 \x01(\x04R\n" +
+	"durableEnd\"p\n" +
+	"\x11BeginTermResponse\x12\x18\n" +
+	"\adropped\x18\x01 \x01(\rR\adropped\x12\x1f\n" +
+	"\vdurable_lsn\x18\x02 \x01(\x04R\n" +
+	"durableLsn\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"/\n" +
+	"\x11GetDurableRequest\x12\x1a\n" +
+	"\btimeline\x18\x01 \x01(\fR\btimeline*O\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_FOUND\x10\x01\x12\x10\n" +
 	"\fWAIT_TIMEOUT\x10\x02\x12\x13\n" +
 	"\x0fBELOW_GC_CUTOFF\x10\x03\x12\t\n" +
-	"\x05ERROR\x10\x042\xd4\b\n" +
+	"\x05ERROR\x10\x042\x91\n" +
+	"\n" +
 	"\vPageService\x12^\n" +
 	"\bGetPages\x12\".strata.pageserver.v1.GetPageBatch\x1a*.strata.pageserver.v1.GetPageBatchResponse(\x010\x01\x12Y\n" +
 	"\bPutPages\x12%.strata.pageserver.v1.PutPagesRequest\x1a&.strata.pageserver.v1.PutPagesResponse\x12V\n" +
@@ -1897,7 +2138,10 @@ const file_pageserver_proto_rawDesc = "" +
 	"Basebackup\x12'.strata.pageserver.v1.BasebackupRequest\x1a\x1b.strata.pageserver.v1.Chunk0\x01\x12[\n" +
 	"\x0eCreateTimeline\x12%.strata.pageserver.v1.TimelineRequest\x1a\".strata.pageserver.v1.TimelineInfo\x12h\n" +
 	"\rListTimelines\x12*.strata.pageserver.v1.ListTimelinesRequest\x1a+.strata.pageserver.v1.ListTimelinesResponse\x12^\n" +
-	"\x10AdvanceCommitLSN\x12-.strata.pageserver.v1.AdvanceCommitLSNRequest\x1a\x1b.strata.pageserver.v1.EmptyB9Z7github.com/stratadb/strata/core/pageserver/pageserverpbb\x06proto3"
+	"\x10AdvanceCommitLSN\x12-.strata.pageserver.v1.AdvanceCommitLSNRequest\x1a\x1b.strata.pageserver.v1.Empty\x12\\\n" +
+	"\tBeginTerm\x12&.strata.pageserver.v1.BeginTermRequest\x1a'.strata.pageserver.v1.BeginTermResponse\x12]\n" +
+	"\n" +
+	"GetDurable\x12'.strata.pageserver.v1.GetDurableRequest\x1a&.strata.pageserver.v1.PutPagesResponseB9Z7github.com/stratadb/strata/core/pageserver/pageserverpbb\x06proto3"
 
 var (
 	file_pageserver_proto_rawDescOnce sync.Once
@@ -1912,7 +2156,7 @@ func file_pageserver_proto_rawDescGZIP() []byte {
 }
 
 var file_pageserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_pageserver_proto_goTypes = []any{
 	(Code)(0),                       // 0: strata.pageserver.v1.Code
 	(RelOpRequest_Op)(0),            // 1: strata.pageserver.v1.RelOpRequest.Op
@@ -1944,6 +2188,9 @@ var file_pageserver_proto_goTypes = []any{
 	(*ListTimelinesResponse)(nil),   // 27: strata.pageserver.v1.ListTimelinesResponse
 	(*AdvanceCommitLSNRequest)(nil), // 28: strata.pageserver.v1.AdvanceCommitLSNRequest
 	(*Empty)(nil),                   // 29: strata.pageserver.v1.Empty
+	(*BeginTermRequest)(nil),        // 30: strata.pageserver.v1.BeginTermRequest
+	(*BeginTermResponse)(nil),       // 31: strata.pageserver.v1.BeginTermResponse
+	(*GetDurableRequest)(nil),       // 32: strata.pageserver.v1.GetDurableRequest
 }
 var file_pageserver_proto_depIdxs = []int32{
 	3,  // 0: strata.pageserver.v1.GetPageRequest.rel:type_name -> strata.pageserver.v1.RelTag
@@ -1971,20 +2218,24 @@ var file_pageserver_proto_depIdxs = []int32{
 	24, // 22: strata.pageserver.v1.PageService.CreateTimeline:input_type -> strata.pageserver.v1.TimelineRequest
 	26, // 23: strata.pageserver.v1.PageService.ListTimelines:input_type -> strata.pageserver.v1.ListTimelinesRequest
 	28, // 24: strata.pageserver.v1.PageService.AdvanceCommitLSN:input_type -> strata.pageserver.v1.AdvanceCommitLSNRequest
-	7,  // 25: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
-	10, // 26: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
-	12, // 27: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
-	14, // 28: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
-	10, // 29: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	17, // 30: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
-	10, // 31: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	21, // 32: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
-	23, // 33: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
-	25, // 34: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
-	27, // 35: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
-	29, // 36: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
+	30, // 25: strata.pageserver.v1.PageService.BeginTerm:input_type -> strata.pageserver.v1.BeginTermRequest
+	32, // 26: strata.pageserver.v1.PageService.GetDurable:input_type -> strata.pageserver.v1.GetDurableRequest
+	7,  // 27: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
+	10, // 28: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
+	12, // 29: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
+	14, // 30: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
+	10, // 31: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	17, // 32: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
+	10, // 33: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	21, // 34: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
+	23, // 35: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
+	25, // 36: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
+	27, // 37: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
+	29, // 38: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
+	31, // 39: strata.pageserver.v1.PageService.BeginTerm:output_type -> strata.pageserver.v1.BeginTermResponse
+	10, // 40: strata.pageserver.v1.PageService.GetDurable:output_type -> strata.pageserver.v1.PutPagesResponse
+	27, // [27:41] is the sub-list for method output_type
+	13, // [13:27] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2001,7 +2252,7 @@ func file_pageserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pageserver_proto_rawDesc), len(file_pageserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,8 @@ const (
 	PageService_CreateTimeline_FullMethodName   = "/strata.pageserver.v1.PageService/CreateTimeline"
 	PageService_ListTimelines_FullMethodName    = "/strata.pageserver.v1.PageService/ListTimelines"
 	PageService_AdvanceCommitLSN_FullMethodName = "/strata.pageserver.v1.PageService/AdvanceCommitLSN"
+	PageService_BeginTerm_FullMethodName        = "/strata.pageserver.v1.PageService/BeginTerm"
+	PageService_GetDurable_FullMethodName       = "/strata.pageserver.v1.PageService/GetDurable"
 )
 
 // PageServiceClient is the client API for PageService service.
@@ -59,6 +61,8 @@ type PageServiceClient interface {
 	CreateTimeline(ctx context.Context, in *TimelineRequest, opts ...grpc.CallOption) (*TimelineInfo, error)
 	ListTimelines(ctx context.Context, in *ListTimelinesRequest, opts ...grpc.CallOption) (*ListTimelinesResponse, error)
 	AdvanceCommitLSN(ctx context.Context, in *AdvanceCommitLSNRequest, opts ...grpc.CallOption) (*Empty, error)
+	BeginTerm(ctx context.Context, in *BeginTermRequest, opts ...grpc.CallOption) (*BeginTermResponse, error)
+	GetDurable(ctx context.Context, in *GetDurableRequest, opts ...grpc.CallOption) (*PutPagesResponse, error)
 }
 
 type pageServiceClient struct {
@@ -201,6 +205,26 @@ func (c *pageServiceClient) AdvanceCommitLSN(ctx context.Context, in *AdvanceCom
 	return out, nil
 }
 
+func (c *pageServiceClient) BeginTerm(ctx context.Context, in *BeginTermRequest, opts ...grpc.CallOption) (*BeginTermResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginTermResponse)
+	err := c.cc.Invoke(ctx, PageService_BeginTerm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pageServiceClient) GetDurable(ctx context.Context, in *GetDurableRequest, opts ...grpc.CallOption) (*PutPagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutPagesResponse)
+	err := c.cc.Invoke(ctx, PageService_GetDurable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PageServiceServer is the server API for PageService service.
 // All implementations must embed UnimplementedPageServiceServer
 // for forward compatibility.
@@ -219,6 +243,8 @@ type PageServiceServer interface {
 	CreateTimeline(context.Context, *TimelineRequest) (*TimelineInfo, error)
 	ListTimelines(context.Context, *ListTimelinesRequest) (*ListTimelinesResponse, error)
 	AdvanceCommitLSN(context.Context, *AdvanceCommitLSNRequest) (*Empty, error)
+	BeginTerm(context.Context, *BeginTermRequest) (*BeginTermResponse, error)
+	GetDurable(context.Context, *GetDurableRequest) (*PutPagesResponse, error)
 	mustEmbedUnimplementedPageServiceServer()
 }
 
@@ -264,6 +290,12 @@ func (UnimplementedPageServiceServer) ListTimelines(context.Context, *ListTimeli
 }
 func (UnimplementedPageServiceServer) AdvanceCommitLSN(context.Context, *AdvanceCommitLSNRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdvanceCommitLSN not implemented")
+}
+func (UnimplementedPageServiceServer) BeginTerm(context.Context, *BeginTermRequest) (*BeginTermResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginTerm not implemented")
+}
+func (UnimplementedPageServiceServer) GetDurable(context.Context, *GetDurableRequest) (*PutPagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDurable not implemented")
 }
 func (UnimplementedPageServiceServer) mustEmbedUnimplementedPageServiceServer() {}
 func (UnimplementedPageServiceServer) testEmbeddedByValue()                     {}
@@ -484,6 +516,42 @@ func _PageService_AdvanceCommitLSN_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PageService_BeginTerm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginTermRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PageServiceServer).BeginTerm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PageService_BeginTerm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PageServiceServer).BeginTerm(ctx, req.(*BeginTermRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PageService_GetDurable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDurableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PageServiceServer).GetDurable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PageService_GetDurable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PageServiceServer).GetDurable(ctx, req.(*GetDurableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PageService_ServiceDesc is the grpc.ServiceDesc for PageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -530,6 +598,14 @@ var PageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AdvanceCommitLSN",
 			Handler:    _PageService_AdvanceCommitLSN_Handler,
+		},
+		{
+			MethodName: "BeginTerm",
+			Handler:    _PageService_BeginTerm_Handler,
+		},
+		{
+			MethodName: "GetDurable",
+			Handler:    _PageService_GetDurable_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

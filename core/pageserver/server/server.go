@@ -95,6 +95,8 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, pageserver.ErrTimelineExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, pageserver.ErrStaleTerm):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, timeline.ErrWaitLSNTimeout):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, timeline.ErrBelowGCCutoff):
@@ -191,9 +193,10 @@ func (s *Server) getBatch(ctx context.Context, b *pb.GetPageBatch) *pb.GetPageBa
 	return resp
 }
 
-// PutPages implements writeback page writes (gated by the commit LSN).
+// PutPages implements writeback page writes (gated by the commit LSN,
+// fenced by term).
 func (s *Server) PutPages(ctx context.Context, r *pb.PutPagesRequest) (*pb.PutPagesResponse, error) {
-	tl, err := s.timeline(r.Timeline)
+	id, err := tlID(r.Timeline)
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +204,25 @@ func (s *Server) PutPages(ctx context.Context, r *pb.PutPagesRequest) (*pb.PutPa
 	for i, p := range r.Pages {
 		ws[i] = timeline.PageWrite{Page: relTag(p.Rel).Page(p.Block), W: pg.LSN(p.W), Data: p.Page}
 	}
-	d, err := tl.PutPages(ctx, ws)
+	var d pg.LSN
+	err = s.ps.Mutate(id, r.Term, func(tl *timeline.Timeline) error {
+		var err error
+		d, err = tl.PutPages(ctx, ws)
+		return err
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutPagesResponse{DurableLsn: uint64(d)}, nil
+	return &pb.PutPagesResponse{DurableLsn: uint64(d), Incarnation: s.ps.Incarnation()}, nil
+}
+
+// ack is the answer of a mutation: the durable LSN and the incarnation.
+func (s *Server) ack(id pg.TimelineID) (*pb.PutPagesResponse, error) {
+	tl, err := s.ps.Timeline(id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PutPagesResponse{DurableLsn: uint64(tl.LSNs().Durable), Incarnation: s.ps.Incarnation()}, nil
 }
 
 // Nblocks returns sizes and existence of relation forks (batched).
@@ -242,24 +259,26 @@ func (s *Server) DbSize(ctx context.Context, r *pb.DbSizeRequest) (*pb.DbSizeRes
 	return &pb.DbSizeResponse{Bytes: n}, nil
 }
 
-// RelOp sets a relation fork's size (create, truncate) or drops it (gated).
+// RelOp sets a relation fork's size (create, truncate) or drops it (gated,
+// fenced by term).
 func (s *Server) RelOp(ctx context.Context, r *pb.RelOpRequest) (*pb.PutPagesResponse, error) {
-	tl, err := s.timeline(r.Timeline)
+	id, err := tlID(r.Timeline)
 	if err != nil {
 		return nil, err
 	}
-	switch r.Op {
-	case pb.RelOpRequest_SET_SIZE:
-		err = tl.SetRelSize(ctx, relTag(r.Rel), r.Nblocks, pg.LSN(r.W))
-	case pb.RelOpRequest_DROP:
-		err = tl.DropRel(ctx, relTag(r.Rel), pg.LSN(r.W))
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "rel op %v", r.Op)
-	}
+	err = s.ps.Mutate(id, r.Term, func(tl *timeline.Timeline) error {
+		switch r.Op {
+		case pb.RelOpRequest_SET_SIZE:
+			return tl.SetRelSize(ctx, relTag(r.Rel), r.Nblocks, pg.LSN(r.W))
+		case pb.RelOpRequest_DROP:
+			return tl.DropRel(ctx, relTag(r.Rel), pg.LSN(r.W))
+		}
+		return status.Errorf(codes.InvalidArgument, "rel op %v", r.Op)
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutPagesResponse{DurableLsn: uint64(tl.LSNs().Durable)}, nil
+	return s.ack(id)
 }
 
 // GetFile returns a non-relation file's content.
@@ -275,26 +294,28 @@ func (s *Server) GetFile(ctx context.Context, r *pb.GetFileRequest) (*pb.GetFile
 	return &pb.GetFileResponse{Data: d}, nil
 }
 
-// FileOp writes, truncates or unlinks a non-relation file (gated).
+// FileOp writes, truncates or unlinks a non-relation file (gated, fenced
+// by term).
 func (s *Server) FileOp(ctx context.Context, r *pb.FileOpRequest) (*pb.PutPagesResponse, error) {
-	tl, err := s.timeline(r.Timeline)
+	id, err := tlID(r.Timeline)
 	if err != nil {
 		return nil, err
 	}
-	switch r.Op {
-	case pb.FileOpRequest_WRITE:
-		err = tl.WriteFile(ctx, r.Path, r.Offset, r.Data, pg.LSN(r.W))
-	case pb.FileOpRequest_TRUNCATE:
-		err = tl.TruncateFile(ctx, r.Path, r.Size, pg.LSN(r.W))
-	case pb.FileOpRequest_UNLINK:
-		err = tl.UnlinkFile(ctx, r.Path, pg.LSN(r.W))
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "file op %v", r.Op)
-	}
+	err = s.ps.Mutate(id, r.Term, func(tl *timeline.Timeline) error {
+		switch r.Op {
+		case pb.FileOpRequest_WRITE:
+			return tl.WriteFile(ctx, r.Path, r.Offset, r.Data, pg.LSN(r.W))
+		case pb.FileOpRequest_TRUNCATE:
+			return tl.TruncateFile(ctx, r.Path, r.Size, pg.LSN(r.W))
+		case pb.FileOpRequest_UNLINK:
+			return tl.UnlinkFile(ctx, r.Path, pg.LSN(r.W))
+		}
+		return status.Errorf(codes.InvalidArgument, "file op %v", r.Op)
+	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutPagesResponse{DurableLsn: uint64(tl.LSNs().Durable)}, nil
+	return s.ack(id)
 }
 
 // ListFiles lists non-relation files and relation forks at an LSN.
@@ -367,16 +388,18 @@ func (s *Server) CreateTimeline(ctx context.Context, r *pb.TimelineRequest) (*pb
 	} else if tl, err = s.ps.CreateTimeline(ctx, id); err != nil {
 		return nil, toStatus(err)
 	}
-	return info(tl), nil
+	return s.info(tl), nil
 }
 
-func info(tl *timeline.Timeline) *pb.TimelineInfo {
+func (s *Server) info(tl *timeline.Timeline) *pb.TimelineInfo {
 	id := tl.ID()
 	l := tl.LSNs()
+	term, _ := s.ps.Term(id)
 	i := &pb.TimelineInfo{
 		Timeline: id[:], LastRecordLsn: uint64(l.LastRecord), CommitLsn: uint64(l.Commit),
 		DurableLsn: uint64(l.Durable), RemoteConsistentLsn: uint64(l.RemoteConsistent),
 		GcCutoff: uint64(l.GCCutoff), Pending: uint32(l.Pending), Layers: uint32(len(tl.Layers())),
+		Incarnation: s.ps.Incarnation(), Term: term,
 	}
 	if a, at := tl.Ancestor(); a != nil {
 		aid := a.ID()
@@ -389,7 +412,7 @@ func info(tl *timeline.Timeline) *pb.TimelineInfo {
 func (s *Server) ListTimelines(ctx context.Context, _ *pb.ListTimelinesRequest) (*pb.ListTimelinesResponse, error) {
 	resp := &pb.ListTimelinesResponse{}
 	for _, tl := range s.ps.Timelines() {
-		resp.Timelines = append(resp.Timelines, info(tl))
+		resp.Timelines = append(resp.Timelines, s.info(tl))
 	}
 	return resp, nil
 }
@@ -405,6 +428,33 @@ func (s *Server) AdvanceCommitLSN(ctx context.Context, r *pb.AdvanceCommitLSNReq
 		return nil, toStatus(err)
 	}
 	return &pb.Empty{}, nil
+}
+
+// BeginTerm fences older computes of a timeline and drops the pending
+// versions above the new term's durable end.
+func (s *Server) BeginTerm(ctx context.Context, r *pb.BeginTermRequest) (*pb.BeginTermResponse, error) {
+	id, err := tlID(r.Timeline)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.ps.BeginTerm(id, r.Term, pg.LSN(r.DurableEnd))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	a, err := s.ack(id)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.BeginTermResponse{Dropped: uint32(n), DurableLsn: a.DurableLsn, Incarnation: a.Incarnation}, nil
+}
+
+// GetDurable returns the timeline's durable LSN and the incarnation.
+func (s *Server) GetDurable(ctx context.Context, r *pb.GetDurableRequest) (*pb.PutPagesResponse, error) {
+	id, err := tlID(r.Timeline)
+	if err != nil {
+		return nil, err
+	}
+	return s.ack(id)
 }
 
 // reqLSN maps a request LSN to the engine's: 0 (unset) means latest.

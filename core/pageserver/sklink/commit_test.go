@@ -1,0 +1,249 @@
+package sklink
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/stratadb/strata/core/safekeeper/election"
+	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+func TestQuorum(t *testing.T) {
+	up := func(term uint64, acc bool, flush, commit pg.LSN) Peer {
+		return Peer{Up: true, Term: term, Accepted: acc, Flush: flush, Commit: commit}
+	}
+	down := Peer{Up: false, Term: 9, Accepted: true, Flush: 9000, Commit: 9000}
+	for _, c := range []struct {
+		name  string
+		peers []Peer
+		n     int
+		want  pg.LSN
+	}{
+		{"second highest flush of three", []Peer{up(0, false, 100, 10), up(0, false, 300, 10), up(0, false, 200, 10)}, 3, 200},
+		{"a reported commit above the flush quorum", []Peer{up(0, false, 100, 250), up(0, false, 300, 10), down}, 3, 250},
+		{"one up of three: only its commit", []Peer{up(0, false, 500, 40), down, down}, 3, 40},
+		{"down peers never count", []Peer{down, down, up(0, false, 7, 7)}, 3, 7},
+		{"a voted, not accepted term blocks its flush", []Peer{up(2, false, 900, 100), up(2, true, 800, 100), up(1, true, 850, 100)}, 3, 100},
+		{"accepted in the highest term", []Peer{up(2, true, 900, 100), up(2, true, 800, 100), up(1, true, 1000, 100)}, 3, 800},
+		{"older terms do not join the quorum", []Peer{up(2, true, 900, 100), up(1, true, 950, 100), up(1, true, 990, 100)}, 3, 100},
+		{"a lone safekeeper", []Peer{up(0, false, 70, 0)}, 1, 70},
+		{"five: the third highest", []Peer{up(0, false, 1, 0), up(0, false, 5, 0), up(0, false, 4, 0), up(0, false, 2, 0), up(0, false, 3, 0)}, 5, 3},
+	} {
+		if got := Quorum(c.peers, c.n); got != c.want {
+			t.Errorf("%s: Quorum = %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// fakeSK is a safekeeper whose status the test sets; only Status is served.
+type fakeSK struct {
+	mu   sync.Mutex
+	st   server.Status
+	addr string
+	g    *grpc.Server
+}
+
+func (f *fakeSK) Status() server.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st
+}
+func (f *fakeSK) set(fn func(s *server.Status)) { f.mu.Lock(); fn(&f.st); f.mu.Unlock() }
+func (f *fakeSK) Vote(context.Context, election.VoteRequest) (election.VoteResponse, error) {
+	return election.VoteResponse{}, nil
+}
+func (f *fakeSK) Accept(context.Context, election.AcceptRequest, string) (pg.LSN, error) {
+	return 0, nil
+}
+func (f *fakeSK) Store() *walstore.Store                       { return nil }
+func (f *fakeSK) CommitLSN() pg.LSN                            { return f.Status().CommitLSN }
+func (f *fakeSK) CommitNotify() <-chan struct{}                { return make(chan struct{}) }
+func (f *fakeSK) Feedback(consumer string, fb server.Feedback) {}
+func (f *fakeSK) Sent(n int)                                   {}
+
+func (f *fakeSK) serve(t *testing.T) {
+	t.Helper()
+	addr := f.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var lis net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the port of a stopped server may linger
+		if lis, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.addr = lis.Addr().String()
+	f.g = grpc.NewServer()
+	server.Register(f.g, f)
+	go f.g.Serve(lis)
+}
+
+func (f *fakeSK) stop() { f.g.Stop() }
+
+func waitLSN(t *testing.T, c *Commit, want pg.LSN, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for c.CommitLSN() != want {
+		if time.Since(start) > d {
+			t.Fatalf("commit LSN %s, want %s (peers %+v)", c.CommitLSN(), want, c.Peers())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// TestCommitFollowsGroup runs the poller against three fake safekeepers:
+// the quorum's flush LSN, monotonic when a safekeeper goes down, the
+// safekeeper's return with backoff, the hooks and the metrics.
+func TestCommitFollowsGroup(t *testing.T) {
+	sks := []*fakeSK{{}, {}, {}}
+	var addrs []string
+	for i, s := range sks {
+		s.st = server.Status{ID: "sk" + string(rune('1'+i)), FlushLSN: pg.LSN(100 * (i + 1)), CommitLSN: 50}
+		s.serve(t)
+		defer s.stop()
+		addrs = append(addrs, s.addr)
+	}
+	reg := prometheus.NewRegistry()
+	id := pg.TimelineID{7}
+	c, err := NewCommit(Config{Safekeepers: addrs, Timeline: id, FastPoll: time.Millisecond, SlowPoll: 30 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, zerolog.Nop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var advanced []pg.LSN
+	var waiting bool
+	c.SetHooks(Hooks{
+		Advanced: func(l pg.LSN) { mu.Lock(); advanced = append(advanced, l); mu.Unlock() },
+		Waiting:  func() bool { mu.Lock(); defer mu.Unlock(); return waiting },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; c.Close() }()
+
+	waitLSN(t, c, 200, 5*time.Second) // flushes 100, 200, 300: two hold 200
+	sks[2].stop()
+	sks[0].set(func(s *server.Status) { s.FlushLSN = 150 })
+	time.Sleep(150 * time.Millisecond)
+	if got := c.CommitLSN(); got != 200 {
+		t.Fatalf("commit LSN went to %s with a safekeeper down; it must stay at 200", got)
+	}
+	sks[0].set(func(s *server.Status) { s.FlushLSN = 350 })
+	sks[1].set(func(s *server.Status) { s.FlushLSN = 400 })
+	waitLSN(t, c, 350, 5*time.Second)
+	if n := testutil.ToFloat64(c.m.errors.WithLabelValues(addrs[2])); n < 1 {
+		t.Fatalf("link errors of the stopped safekeeper: %v", n)
+	}
+	if v := testutil.ToFloat64(c.m.up.WithLabelValues(addrs[2])); v != 0 {
+		t.Fatalf("up gauge of the stopped safekeeper: %v", v)
+	}
+	// It comes back on the same address, ahead of the others.
+	sks[2].set(func(s *server.Status) { s.FlushLSN = 600 })
+	sks[2].serve(t)
+	waitLSN(t, c, 400, 10*time.Second)
+	if v := testutil.ToFloat64(c.m.commit); v != 400 {
+		t.Fatalf("commit gauge %v", v)
+	}
+	if v := testutil.ToFloat64(c.m.lag); v != 200 {
+		t.Fatalf("lag gauge %v, want 600-400", v)
+	}
+	mu.Lock()
+	adv := append([]pg.LSN(nil), advanced...)
+	mu.Unlock()
+	if len(adv) < 3 || adv[len(adv)-1] != 400 {
+		t.Fatalf("Advanced calls %v", adv)
+	}
+	for i := 1; i < len(adv); i++ {
+		if adv[i] <= adv[i-1] {
+			t.Fatalf("Advanced not increasing: %v", adv)
+		}
+	}
+
+	// Latency: while versions wait, a flush is seen within a few fast
+	// polls; otherwise a Kick wakes the slow pollers.
+	mu.Lock()
+	waiting = true
+	mu.Unlock()
+	time.Sleep(50 * time.Millisecond) // let the pollers leave their slow sleep
+	for _, s := range sks {
+		s.set(func(s *server.Status) { s.FlushLSN = 700 })
+	}
+	if d := waitLSN(t, c, 700, 5*time.Second); d > 25*time.Millisecond {
+		t.Errorf("fast poll took %v to see the new flush", d)
+	}
+	mu.Lock()
+	waiting = false
+	mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	for _, s := range sks {
+		s.set(func(s *server.Status) { s.FlushLSN = 800 })
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := c.Wait(ctx2, 800); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// TestCommitSlowPollKick: with a long slow poll, Kick (what the pageserver
+// calls when a write leaves versions pending) makes the pollers look now.
+func TestCommitSlowPollKick(t *testing.T) {
+	s := &fakeSK{st: server.Status{FlushLSN: 10}}
+	s.serve(t)
+	defer s.stop()
+	c, err := NewCommit(Config{Safekeepers: []string{s.addr}, Timeline: pg.TimelineID{1}, SlowPoll: time.Hour}, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan bool, 1)
+	waiting <- false
+	c.SetHooks(Hooks{Waiting: func() bool { v := <-waiting; waiting <- v; return v }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; c.Close() }()
+	waitLSN(t, c, 10, 5*time.Second)
+	time.Sleep(20 * time.Millisecond)
+	s.set(func(st *server.Status) { st.FlushLSN = 20 })
+	time.Sleep(50 * time.Millisecond)
+	if c.CommitLSN() != 10 {
+		t.Fatalf("the slow poller looked without a kick: %s", c.CommitLSN())
+	}
+	<-waiting
+	waiting <- true
+	c.Kick()
+	waitLSN(t, c, 20, 2*time.Second)
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{},
+		{Safekeepers: []string{"a:1"}},
+		{Safekeepers: []string{"a:1", "a:1"}, Timeline: pg.TimelineID{1}},
+		{Safekeepers: []string{""}, Timeline: pg.TimelineID{1}},
+	} {
+		if c.Validate() == nil {
+			t.Errorf("%+v validated", c)
+		}
+	}
+	if err := (Config{Safekeepers: []string{"a:1", "b:1"}, Timeline: pg.TimelineID{1}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
