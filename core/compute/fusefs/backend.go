@@ -93,6 +93,15 @@ type Backend interface {
 	Sync(ctx context.Context, w pg.LSN) error
 }
 
+// Sender is implemented by a writeback Backend that can send every
+// buffered mutation to storage without waiting for it to become durable.
+// The filesystem calls Send instead of Sync while fsync must not wait for
+// the safekeepers (FS.SetSyncDurable(false): Postgres' crash recovery, whose
+// end-of-recovery checkpoint comes before the safekeepers can stream).
+type Sender interface {
+	Send(ctx context.Context) error
+}
+
 // Cache is a page cache tier in front of the Backend (the LFC). Get fills
 // page and reports a hit; Put stores a copy; Forget drops the fork's blocks
 // at or above from. Safe for concurrent use.

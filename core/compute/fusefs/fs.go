@@ -56,6 +56,11 @@ type Options struct {
 	// AttrTimeout is how long the kernel may cache sizes and attributes;
 	// every change goes through the kernel, so caching is safe. 0 means 1 s.
 	AttrTimeout time.Duration
+	// SendOnlySync starts the mount with fsync returning once every
+	// mutation is sent to the Backend (Sender.Send), without waiting for
+	// durability, until SetSyncDurable(true). For a compute whose Postgres
+	// is in crash recovery: see SetSyncDurable.
+	SendOnlySync bool
 	// Debug logs every FUSE request.
 	Debug bool
 	Log   zerolog.Logger
@@ -79,6 +84,7 @@ type FS struct {
 
 	rootMode atomic.Uint32
 	started  time.Time
+	sendOnly atomic.Bool // fsync sends, does not wait for durability
 }
 
 // Mount loads the tree from opts.Backend and mounts it at mountpoint (which
@@ -109,6 +115,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		mnt:     mountpoint,
 	}
 	f.rootMode.Store(0o700)
+	f.sendOnly.Store(opts.SendOnlySync)
 	root := &dirNode{fsys: f, path: ""}
 	to := opts.AttrTimeout
 	neg := time.Duration(0)
@@ -333,13 +340,38 @@ func (f *FS) fail(op, path string, err error) syscall.Errno {
 	return e
 }
 
-// sync waits until every mutation up to the current W is durable.
+// SetSyncDurable says whether fsync waits until every mutation up to W is
+// durable (true, the normal case: DESIGN.md invariant 2 makes that wait on
+// the safekeeper quorum) or only until it is sent to the Backend (false).
+//
+// The agent turns it off while Postgres is in crash recovery: its
+// end-of-recovery checkpoint fsyncs pg_control before Postgres accepts the
+// safekeepers' replication connections, so a durable fsync would wait for
+// ever. Returning early is safe because durable versions always form a
+// prefix by W: a version becomes durable only once the quorum holds WAL up
+// to its W, and then every version with a lower W is durable too, so a
+// crash leaves storage as it was at some W that the WAL on the quorum
+// reaches, which crash recovery repairs (docs/design/compute-fuse.md).
+// A Backend that is not a Sender falls back to Sync.
+func (f *FS) SetSyncDurable(on bool) { f.sendOnly.Store(!on) }
+
+// SyncDurable reports whether fsync waits for durability.
+func (f *FS) SyncDurable() bool { return !f.sendOnly.Load() }
+
+// sync waits until every mutation up to the current W is durable (or, see
+// SetSyncDurable, sent).
 func (f *FS) sync(ctx context.Context, k relpath.Kind) syscall.Errno {
 	if k == relpath.KindLocal {
 		return 0
 	}
 	t := time.Now()
-	err := f.be.Sync(ctx, f.wal.Current())
+	var err error
+	if s, ok := f.be.(Sender); ok && f.sendOnly.Load() {
+		err = s.Send(ctx)
+		f.waits.sendOnly.Add(1)
+	} else {
+		err = f.be.Sync(ctx, f.wal.Current())
+	}
 	f.waits.Observe(OpFsync, k, 0, time.Since(t))
 	return f.fail("fsync", "", err)
 }

@@ -707,8 +707,10 @@ func (w *walFile) Write(ctx context.Context, data []byte, off int64) (uint32, sy
 	n, e := w.LoopbackFile.Write(ctx, data, off)
 	if n > 0 {
 		// The name at write time: segments are created as xlogtemp.N and
-		// renamed, and old ones are recycled under new names.
-		w.fsys.wal.Wrote(filepath.Base(w.ino.Path(nil)), off, int64(n))
+		// renamed, and old ones are recycled under new names. W moves to
+		// the end of the last complete record written (walpos.WroteData),
+		// not to the end of the zero-padded page.
+		w.fsys.wal.WroteData(filepath.Base(w.ino.Path(nil)), off, data[:n])
 	}
 	w.fsys.waits.Observe(OpWrite, relpath.KindWAL, int(n), time.Since(t))
 	return n, e

@@ -38,7 +38,14 @@ type Waits struct {
 	// lsnAboveW counts page writes whose own LSN was above W (tagged with
 	// the page LSN instead).
 	lsnAboveW atomic.Uint64
+	// sendOnly counts fsyncs answered once sent, without waiting for
+	// durability (FS.SetSyncDurable(false)).
+	sendOnly atomic.Uint64
 }
+
+// SendOnlyFsyncs returns how many fsyncs returned once their mutations were
+// sent, without waiting for durability.
+func (w *Waits) SendOnlyFsyncs() uint64 { return w.sendOnly.Load() }
 
 // PageLSNAboveW returns how many page writes carried an LSN above W.
 func (w *Waits) PageLSNAboveW() uint64 { return w.lsnAboveW.Load() }
@@ -73,6 +80,7 @@ var (
 	descHits  = prometheus.NewDesc("strata_compute_cache_hits_total", "Page reads served by the compute's cache tier.", nil, nil)
 	descMiss  = prometheus.NewDesc("strata_compute_cache_misses_total", "Page reads that missed the compute's cache tier.", nil, nil)
 	descAbove = prometheus.NewDesc("strata_compute_page_lsn_above_w_total", "Page writes whose page LSN was above the WAL position written (bulk writes), tagged with the page LSN.", nil, nil)
+	descSend  = prometheus.NewDesc("strata_compute_fsync_send_only_total", "fsyncs answered once sent to storage, without waiting for durability (Postgres in crash recovery).", nil, nil)
 )
 
 type waitsCollector struct{ w *Waits }
@@ -84,6 +92,7 @@ func (c waitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descHits
 	ch <- descMiss
 	ch <- descAbove
+	ch <- descSend
 }
 
 func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -101,6 +110,7 @@ func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(c.w.hits.Load()))
 	ch <- prometheus.MustNewConstMetric(descMiss, prometheus.CounterValue, float64(c.w.miss.Load()))
 	ch <- prometheus.MustNewConstMetric(descAbove, prometheus.CounterValue, float64(c.w.lsnAboveW.Load()))
+	ch <- prometheus.MustNewConstMetric(descSend, prometheus.CounterValue, float64(c.w.sendOnly.Load()))
 }
 
 // LastWritten is the last-written-LSN map: for each page, the W of its last

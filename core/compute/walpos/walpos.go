@@ -1,12 +1,18 @@
-// Package walpos tracks W, the compute's WAL position: the highest WAL byte
-// Postgres has written into pg_wal. The compute agent lets pg_wal pass through
-// its FUSE mount to local scratch and calls Tracker.Wrote for every write, so
-// that each data write can be tagged with the WAL position it may depend on
-// (DESIGN.md section 3a): Postgres writes (and flushes) WAL before the data
-// pages that depend on it, so W at the time a page write arrives is at or
-// above every WAL record the page can depend on.
+// Package walpos tracks W, the compute's WAL position: the end of the last
+// complete WAL record Postgres has written into pg_wal. The compute agent
+// lets pg_wal pass through its FUSE mount to local scratch and calls
+// Tracker.WroteData for every write, so that each data write can be tagged
+// with the WAL position it may depend on (DESIGN.md section 3a): Postgres
+// writes (and flushes) WAL before the data pages that depend on it, so W at
+// the time a page write arrives is at or above every WAL record the page can
+// depend on.
 //
-// It is not a WAL reader: it looks at file names and offsets only.
+// W is a record end, not the end of the write: Postgres writes whole 8 KiB
+// WAL pages, zero-padded past the real end of WAL, and the safekeepers'
+// commit LSN stops at that real end (LastRecordEnd parses the page headers
+// and record lengths to find it).
+//
+// It is not a WAL decoder: it reads page headers and record lengths only.
 package walpos
 
 import (
