@@ -55,6 +55,13 @@ const DirsFile = ".strata_dirs"
 // ErrClosed: the Backend was closed.
 var ErrClosed = errors.New("psbackend: closed")
 
+// ErrLost: the pageserver restarted (a new incarnation) while it held
+// versions of this Backend that were not yet durable; they are gone, so
+// every later Sync fails with it (the filesystem answers EIO, Postgres
+// PANICs, and the agent restarts it on a new Backend: crash recovery
+// rewrites them from the WAL).
+var ErrLost = errors.New("psbackend: pending versions lost in a pageserver restart")
+
 // Options configure a Backend.
 type Options struct {
 	// StandaloneCommit makes Sync advance the timeline's commit LSN to w
@@ -99,6 +106,8 @@ type Backend struct {
 	maxW     pg.LSN            // highest W sent
 	durable  pg.LSN            // highest durable LSN seen
 	advanced pg.LSN            // highest commit LSN set (StandaloneCommit)
+	inc      uint64            // pageserver incarnation holding the pending versions
+	lost     error             // ErrLost once pending versions were lost
 	closed   bool
 	buf      map[pg.PageKey]*bufPage // page writes not yet sent
 	// sizeW is, per fork, the highest LSN of a size version sent: every
@@ -112,7 +121,10 @@ type bufPage struct {
 	w    pg.LSN
 }
 
-var _ fusefs.Backend = (*Backend)(nil)
+var (
+	_ fusefs.Backend = (*Backend)(nil)
+	_ fusefs.Sender  = (*Backend)(nil)
+)
 
 // Open loads the timeline's index (files, relation forks and their sizes,
 // folders) and returns a Backend on it. The client stays owned by the
@@ -226,6 +238,41 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// note returns a function that records the Ack of a mutation tagged w (or
+// of GetDurable, w = 0) and passes its error on. It applies the client's
+// incarnation rules: the first incarnation seen is the one holding this
+// Backend's pending versions; an Ack of another incarnation while versions
+// are pending (sent above the durable LSN) means the pageserver restarted
+// and forgot them, and every later Sync fails (ErrLost) so that Postgres
+// PANICs and recovers from the WAL. Durable LSNs count only from Acks of the
+// current incarnation.
+func (b *Backend) note(w pg.LSN) func(client.Ack, error) error {
+	return func(a client.Ack, err error) error {
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if a.Incarnation != 0 {
+			switch {
+			case b.inc == 0:
+				b.inc = a.Incarnation
+			case a.Incarnation != b.inc:
+				if b.maxW > b.durable && b.lost == nil {
+					b.lost = fmt.Errorf("%w: pageserver incarnation %x became %x while versions up to %s were above the durable LSN %s", ErrLost, b.inc, a.Incarnation, b.maxW, b.durable)
+					b.opts.Log.Error().Err(b.lost).Msg("pending page versions lost")
+				}
+				b.inc = a.Incarnation
+			}
+		}
+		b.maxW = max(b.maxW, w)
+		if a.Incarnation == b.inc {
+			b.durable = max(b.durable, a.Durable)
+		}
+		return nil
+	}
+}
+
 // sent records that a mutation tagged w went out.
 func (b *Backend) sent(w pg.LSN, durable pg.LSN) {
 	b.mu.Lock()
@@ -269,7 +316,7 @@ func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 		return err
 	}
 	w = b.sizeTag(rel, w)
-	if err := b.c.SetRelSize(ctx, b.tl, rel, 0, w); err != nil {
+	if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, 0, w)); err != nil {
 		return err
 	}
 	b.sent(w, 0)
@@ -386,14 +433,12 @@ func (b *Backend) flush(ctx context.Context) error {
 	var maxW pg.LSN
 	for off := 0; off < len(ws); off += b.opts.ZeroBatch {
 		batch := ws[off:min(len(ws), off+b.opts.ZeroBatch)]
-		d, err := b.c.PutPages(ctx, b.tl, batch)
-		if err != nil {
-			return err
-		}
 		for _, w := range batch {
 			maxW = max(maxW, w.W)
 		}
-		b.sent(maxW, d)
+		if err := b.note(maxW)(b.c.PutPagesAck(ctx, b.tl, batch)); err != nil {
+			return err
+		}
 	}
 	// The pageserver extended each fork at the W of the page past its end;
 	// with mixed W in a batch an older size could be the newest version.
@@ -410,7 +455,7 @@ func (b *Backend) flush(ctx context.Context) error {
 			continue
 		}
 		w = b.sizeTag(rel, w)
-		if err := b.c.SetRelSize(ctx, b.tl, rel, n, w); err != nil {
+		if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, n, w)); err != nil {
 			return err
 		}
 		b.sent(w, 0)
@@ -471,7 +516,7 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 		return err
 	}
 	w = b.sizeTag(rel, w)
-	if err := b.c.SetRelSize(ctx, b.tl, rel, nblocks, w); err != nil {
+	if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, nblocks, w)); err != nil {
 		return err
 	}
 	b.sent(w, 0)
@@ -493,7 +538,7 @@ func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 		return err
 	}
 	w = b.sizeTag(rel, w)
-	if err := b.c.DropRel(ctx, b.tl, rel, w); err != nil {
+	if err := b.note(w)(b.c.DropRelAck(ctx, b.tl, rel, w)); err != nil {
 		return mapErr(err)
 	}
 	b.sent(w, 0)
@@ -550,10 +595,10 @@ func validPath(p string) error {
 // writeDirs stores the folder list at w. REQUIRES: b.dirMu held, so that
 // rewrites reach the pageserver in the order of the snapshots.
 func (b *Backend) writeDirs(ctx context.Context, data []byte, w pg.LSN) error {
-	if err := b.c.WriteFile(ctx, b.tl, DirsFile, 0, data, w); err != nil {
+	if err := b.note(w)(b.c.WriteFileAck(ctx, b.tl, DirsFile, 0, data, w)); err != nil {
 		return err
 	}
-	if err := b.c.TruncateFile(ctx, b.tl, DirsFile, int64(len(data)), w); err != nil {
+	if err := b.note(w)(b.c.TruncateFileAck(ctx, b.tl, DirsFile, int64(len(data)), w)); err != nil {
 		return err
 	}
 	b.sent(w, 0)
@@ -605,7 +650,7 @@ func (b *Backend) CreateFile(ctx context.Context, p string, mode uint32, w pg.LS
 		return fmt.Errorf("%w: parent of %s", fusefs.ErrNotFound, p)
 	}
 	b.mu.Unlock()
-	if err := b.c.TruncateFile(ctx, b.tl, p, 0, w); err != nil {
+	if err := b.note(w)(b.c.TruncateFileAck(ctx, b.tl, p, 0, w)); err != nil {
 		return err
 	}
 	b.sent(w, 0)
@@ -672,7 +717,7 @@ func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byt
 	if err != nil {
 		return err
 	}
-	if err := b.c.WriteFile(ctx, b.tl, p, off, data, w); err != nil {
+	if err := b.note(w)(b.c.WriteFileAck(ctx, b.tl, p, off, data, w)); err != nil {
 		b.invalidate(p)
 		return err
 	}
@@ -694,7 +739,7 @@ func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.L
 	if err != nil {
 		return err
 	}
-	if err := b.c.TruncateFile(ctx, b.tl, p, size, w); err != nil {
+	if err := b.note(w)(b.c.TruncateFileAck(ctx, b.tl, p, size, w)); err != nil {
 		b.invalidate(p)
 		return err
 	}
@@ -730,16 +775,16 @@ func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 	data := bytes.Clone(f.data)
 	b.mu.Unlock()
 	if len(data) > 0 {
-		if err := b.c.WriteFile(ctx, b.tl, to, 0, data, w); err != nil {
+		if err := b.note(w)(b.c.WriteFileAck(ctx, b.tl, to, 0, data, w)); err != nil {
 			b.invalidate(to)
 			return err
 		}
 	}
-	if err := b.c.TruncateFile(ctx, b.tl, to, int64(len(data)), w); err != nil {
+	if err := b.note(w)(b.c.TruncateFileAck(ctx, b.tl, to, int64(len(data)), w)); err != nil {
 		b.invalidate(to)
 		return err
 	}
-	if err := b.c.UnlinkFile(ctx, b.tl, from, w); err != nil {
+	if err := b.note(w)(b.c.UnlinkFileAck(ctx, b.tl, from, w)); err != nil {
 		return err
 	}
 	b.sent(w, 0)
@@ -758,7 +803,7 @@ func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
 	b.mu.Lock()
 	if _, ok := b.files[p]; ok {
 		b.mu.Unlock()
-		if err := b.c.UnlinkFile(ctx, b.tl, p, w); err != nil {
+		if err := b.note(w)(b.c.UnlinkFileAck(ctx, b.tl, p, w)); err != nil {
 			return mapErr(err)
 		}
 		b.sent(w, 0)
@@ -803,6 +848,18 @@ func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
 	return nil
 }
 
+// Send implements fusefs.Sender: it sends the buffered page writes without
+// waiting for them to become durable. Like Sync it fails with ErrLost once
+// the pageserver forgot pending versions: in crash recovery that makes the
+// end-of-recovery checkpoint PANIC before it writes pg_control, instead of
+// letting a pg_control past the lost pages become durable.
+func (b *Backend) Send(ctx context.Context) error {
+	if err := b.flush(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	return b.Lost()
+}
+
 // Sync implements fusefs.Backend: it returns once the pageserver's durable
 // LSN covers every mutation this Backend sent at or below w. With
 // StandaloneCommit it first advances the commit LSN to w.
@@ -817,6 +874,11 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 		return err
 	}
 	b.mu.Lock()
+	if b.lost != nil {
+		err := b.lost
+		b.mu.Unlock()
+		return err
+	}
 	target := min(w, b.maxW)
 	if target <= b.durable {
 		b.mu.Unlock()
@@ -841,8 +903,13 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 			}
 			return err
 		}
-		b.sent(0, d)
-		if d >= target {
+		b.mu.Lock()
+		lost, durable := b.lost, b.durable
+		b.mu.Unlock()
+		if lost != nil {
+			return lost
+		}
+		if d >= target && durable >= target {
 			return nil
 		}
 		select {
@@ -854,16 +921,11 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 }
 
 func (b *Backend) durableLSN(ctx context.Context) (pg.LSN, error) {
-	infos, err := b.c.ListTimelines(ctx)
-	if err != nil {
+	a, err := b.c.GetDurable(ctx, b.tl)
+	if err := b.note(0)(a, err); err != nil {
 		return 0, err
 	}
-	for _, i := range infos {
-		if i.ID == b.tl {
-			return i.LSNs.Durable, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, b.tl)
+	return a.Durable, nil
 }
 
 // Durable returns the highest durable LSN this Backend has seen.
@@ -871,4 +933,12 @@ func (b *Backend) Durable() pg.LSN {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.durable
+}
+
+// Lost returns ErrLost (wrapped) once the pageserver restarted while it held
+// versions of this Backend that were not durable, else nil.
+func (b *Backend) Lost() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lost
 }
