@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/logging"
@@ -18,7 +16,8 @@ import (
 	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
-	"github.com/stratadb/strata/core/pageserver/server"
+	"github.com/stratadb/strata/core/pageserver/service"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -29,6 +28,9 @@ import (
 func newPageserverCmd() *cobra.Command {
 	cfg := pageserver.DefaultConfig()
 	var noStore bool
+	var safekeepers []string
+	var boundTL string
+	var fastPoll time.Duration
 	cmd := &cobra.Command{
 		Use:   "pageserver",
 		Short: "Serve versioned pages (GetPage@LSN) from layer files synced to the object store",
@@ -38,7 +40,15 @@ uploads those with a per-timeline manifest to the object store, and answers
 GetPage@LSN, Nblocks, GetFile and basebackup over gRPC. In writeback mode it stores
 the compute's page writes, durable only once the safekeeper quorum's commit LSN
 reaches the write's WAL position. Started on an empty data directory, it serves
-every timeline of the object store, fetching layers on demand.`,
+every timeline of the object store, fetching layers on demand.
+
+With --safekeepers and --timeline, that timeline is bound to the safekeeper
+group: its commit LSN comes from the safekeepers (polled, fast while page
+writes wait for it), and with the fpi and pushdown image policies the
+pageserver follows the group's committed WAL into the timeline from its last
+ingested record (once the timeline exists and holds a base, e.g. an imported
+initdb output), reporting its positions back. Other timelines take their
+commit LSN from the AdvanceCommitLSN call.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			path, _ := cmd.Flags().GetString("config")
@@ -63,50 +73,25 @@ every timeline of the object store, fetching layers on demand.`,
 				return err
 			}
 			reg := metrics.NewRegistry()
-			deps := pageserver.Deps{Log: log, Registry: reg}
+			var store objectstore.Store
 			if !noStore {
 				st, err := objstore.Open(ctx, full.ObjectStore, log, reg)
 				if err != nil {
 					return err
 				}
 				defer st.Close()
-				deps.Store = st
+				store = st
 			}
-			ps, err := pageserver.New(ctx, cfg, deps)
-			if err != nil {
-				return err
-			}
-			defer ps.Close()
-			if cfg.MetricsAddr != "" {
-				ms, err := metrics.Serve(cfg.MetricsAddr, reg, log)
-				if err != nil {
-					return err
+			o := service.Options{Config: cfg, Store: store, Log: log, Registry: reg, Safekeepers: safekeepers, SafekeeperPoll: fastPoll}
+			if len(safekeepers) > 0 || boundTL != "" {
+				if len(safekeepers) == 0 || boundTL == "" {
+					return fmt.Errorf("--safekeepers and --timeline go together")
 				}
-				defer ms.Close()
-			}
-			lis, err := net.Listen("tcp", cfg.ListenAddr)
-			if err != nil {
-				return err
-			}
-			g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
-			server.New(ps, log, reg).Register(g)
-			log.Info().Str("addr", lis.Addr().String()).Str("data_dir", cfg.DataDir).Int("timelines", len(ps.Timelines())).Msg("pageserver listening")
-			errc := make(chan error, 1)
-			go func() { errc <- g.Serve(lis) }()
-			select {
-			case <-ctx.Done():
-				log.Info().Msg("shutting down")
-				stopped := make(chan struct{})
-				go func() { g.GracefulStop(); close(stopped) }()
-				select {
-				case <-stopped:
-				case <-time.After(5 * time.Second):
-					g.Stop()
+				if o.Timeline, err = pg.ParseTimelineID(boundTL); err != nil {
+					return fmt.Errorf("--timeline: %w", err)
 				}
-				return nil
-			case err := <-errc:
-				return err
 			}
+			return service.Run(ctx, o)
 		},
 	}
 	f := cmd.Flags()
@@ -126,6 +111,9 @@ every timeline of the object store, fetching layers on demand.`,
 	f.Int64Var(&cfg.MaxLocalBytes, "max-local-bytes", cfg.MaxLocalBytes, "evict cold uploaded layers above this many local bytes per timeline (0: never)")
 	f.IntVar(&cfg.UploadParallelism, "upload-parallelism", cfg.UploadParallelism, "concurrent layer uploads")
 	f.BoolVar(&noStore, "no-object-store", false, "run without an object store (nothing survives the loss of the data directory)")
+	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of the safekeeper group (host:port,host:port,...) bound to --timeline")
+	f.StringVar(&boundTL, "timeline", "", "timeline ID bound to --safekeepers (commit LSN; WAL ingest with fpi and pushdown)")
+	f.DurationVar(&fastPoll, "safekeeper-poll", 2*time.Millisecond, "safekeeper status poll interval while page writes wait for the commit LSN")
 	return cmd
 }
 

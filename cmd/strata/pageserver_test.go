@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startPS starts `strata pageserver` and waits until it answers.
+func startPS(t *testing.T, bin, dir string, args ...string) (*exec.Cmd, *client.Client) {
+	t.Helper()
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, append([]string{"pageserver", "--no-object-store", "--metrics-addr", "", "--listen", addr}, args...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ListTimelines(ctx)
+		cancel()
+		if err == nil {
+			return cmd, c
+		}
+		select {
+		case <-done:
+			t.Fatalf("strata pageserver exited: %s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("strata pageserver does not answer: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPageserverCommandKill9 runs the real binary: a durable write
+// survives kill -9, a pending one does not, the incarnation changes, and
+// --safekeepers without --timeline is refused.
+func TestPageserverCommandKill9(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "ps")
+	if _, e, code := run(t, bin, dir, nil, "pageserver", "--no-object-store", "--data-dir", data, "--safekeepers", "127.0.0.1:1"); code == 0 || !strings.Contains(e, "go together") {
+		t.Fatalf("--safekeepers alone: exit %d, %q", code, e)
+	}
+	if _, e, code := run(t, bin, dir, nil, "pageserver", "--no-object-store", "--data-dir", data, "--safekeepers", "127.0.0.1:1", "--timeline", "nothex"); code == 0 {
+		t.Fatalf("bad --timeline accepted: %q", e)
+	}
+	ctx := context.Background()
+	tl := pg.TimelineID{0xC1}
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	cmd, c := startPS(t, bin, dir, "--data-dir", data)
+	if _, err := c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	pageA, pageB := bytes.Repeat([]byte{0xA}, pg.BlockSize), bytes.Repeat([]byte{0xB}, pg.BlockSize)
+	if _, err := c.PutPages(ctx, tl, []client.PageWrite{{Page: rel.Page(0), W: 100, Data: pageA}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AdvanceCommitLSN(ctx, tl, 100); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := c.PutPagesAck(ctx, tl, []client.PageWrite{{Page: rel.Page(1), W: 200, Data: pageB}})
+	if err != nil || ack.Durable >= 200 || ack.Incarnation == 0 {
+		t.Fatalf("pending write: %+v %v", ack, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, c2 := startPS(t, bin, dir, "--data-dir", data)
+	d, err := c2.GetDurable(ctx, tl)
+	if err != nil || d.Incarnation == ack.Incarnation || d.Durable < 100 {
+		t.Fatalf("after kill -9: %+v (before %+v) %v", d, ack, err)
+	}
+	if got, err := c2.GetPage(ctx, tl, client.PageRequest{Page: rel.Page(0), RequestLSN: client.LatestLSN}); err != nil || !bytes.Equal(got, pageA) {
+		t.Fatalf("durable page after kill -9: %v", err)
+	}
+	if _, err := c2.GetPage(ctx, tl, client.PageRequest{Page: rel.Page(1), RequestLSN: client.LatestLSN}); !errors.Is(err, timeline.ErrNotFound) {
+		t.Fatalf("the pending page after kill -9: %v", err)
+	}
+}
