@@ -2,8 +2,12 @@ package pageserver
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"path"
 	"sort"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -53,16 +58,33 @@ func RelPath(r pg.RelTag, seg uint32) string {
 // file, then every relation fork (split into 1 GiB segments), page by page.
 // In writeback mode the tar is what the newest versions at or below lsn
 // hold; Postgres' crash recovery makes it consistent (DESIGN.md 3a).
+// For a timeline built from WAL alone (redo mode) see BasebackupFromWAL.
 func Basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Writer) error {
+	return basebackup(ctx, tl, lsn, w, backupOptions{})
+}
+
+// backupOptions adapt basebackup to a redo-mode timeline.
+type backupOptions struct {
+	skipFork  func(pg.RelTag) bool // leave these relation forks out
+	overrides map[string][]byte    // write these contents instead of the stored ones
+}
+
+func basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Writer, o backupOptions) error {
 	tw := tar.NewWriter(w)
 	mod := time.Unix(0, 0)
 	files, err := tl.ListFiles(ctx, lsn)
 	if err != nil {
 		return err
 	}
-	rels, err := tl.ListRels(ctx, keyspace.RelsRange, lsn)
+	all, err := tl.ListRels(ctx, keyspace.RelsRange, lsn)
 	if err != nil {
 		return err
+	}
+	rels := all[:0]
+	for _, r := range all {
+		if o.skipFork == nil || !o.skipFork(r) {
+			rels = append(rels, r)
+		}
 	}
 	// Directories first: Postgres' fixed ones (empty ones included), then
 	// every parent of a file.
@@ -91,9 +113,12 @@ func Basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Wri
 		}
 	}
 	for _, f := range files {
-		data, err := tl.ReadFile(ctx, f.Path, lsn)
-		if err != nil {
-			return fmt.Errorf("basebackup: %s: %w", f.Path, err)
+		data, ok := o.overrides[f.Path]
+		if !ok {
+			data, err = tl.ReadFile(ctx, f.Path, lsn)
+			if err != nil {
+				return fmt.Errorf("basebackup: %s: %w", f.Path, err)
+			}
 		}
 		if err := tw.WriteHeader(&tar.Header{Name: f.Path, Mode: 0o600, Size: int64(len(data)), ModTime: mod, Typeflag: tar.TypeReg}); err != nil {
 			return err
@@ -130,3 +155,163 @@ func Basebackup(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, w io.Wri
 	}
 	return tw.Close()
 }
+
+// Basebackup from WAL alone (redo mode).
+//
+// A redo-mode timeline holds what WAL ingest stored on top of the imported
+// initdb base: relation pages rebuilt from WAL, pg_xact, relation maps,
+// PG_VERSION files. It holds no pg_control newer than initdb's and no FSM
+// page newer than initdb's (Postgres does not WAL-log them).
+// BasebackupFromWAL therefore writes every page at lsn, leaves FSM forks out
+// (Postgres recreates them: the FSM is a hint, and a missing fork means "no
+// free space known"), and writes a pg_control rebuilt from a checkpoint
+// record at or below lsn, marked "in production" so that Postgres runs
+// crash recovery from that checkpoint's REDO point. The caller puts the WAL
+// from Checkpoint.Redo to at least lsn into pg_wal (from the safekeepers or
+// the archive): pages newer than the REDO point are normal in crash
+// recovery, exactly as in an online base backup (DESIGN.md 3a).
+
+// Checkpoint is a checkpoint record found in WAL.
+type Checkpoint struct {
+	LSN      pg.LSN // where the record starts (pg_control's checkPoint)
+	EndLSN   pg.LSN
+	Redo     pg.LSN // its REDO point: crash recovery replays WAL from here
+	Timeline uint32 // ThisTimeLineID
+	Shutdown bool
+	// Data is the record's CheckPoint struct, copied into pg_control's
+	// checkPointCopy.
+	Data []byte
+}
+
+// Sentinel errors of the WAL-only basebackup.
+var (
+	// ErrNoCheckpoint: no checkpoint record in the WAL range searched.
+	ErrNoCheckpoint = errors.New("pageserver: no checkpoint record found")
+	// ErrBadControl: the stored pg_control is not PostgreSQL 15's.
+	ErrBadControl = errors.New("pageserver: unexpected pg_control layout")
+)
+
+const (
+	xlogCheckpointShutdown = 0x00 // XLOG_CHECKPOINT_SHUTDOWN
+	xlogCheckpointOnline   = 0x10 // XLOG_CHECKPOINT_ONLINE
+	checkpointSize         = 88   // sizeof(CheckPoint) in PostgreSQL 15 on 64-bit
+)
+
+// ParseCheckpoint recognises a checkpoint record (XLOG CHECKPOINT_SHUTDOWN
+// or CHECKPOINT_ONLINE).
+func ParseCheckpoint(r *wal.Record) (Checkpoint, bool) {
+	if r.RmID != wal.RmXLOG || len(r.MainData) < checkpointSize {
+		return Checkpoint{}, false
+	}
+	info := r.Info & 0xF0
+	if info != xlogCheckpointShutdown && info != xlogCheckpointOnline {
+		return Checkpoint{}, false
+	}
+	d := r.MainData[:checkpointSize]
+	return Checkpoint{
+		LSN: r.LSN, EndLSN: r.EndLSN, Shutdown: info == xlogCheckpointShutdown,
+		Redo:     pg.LSN(binary.LittleEndian.Uint64(d)),
+		Timeline: binary.LittleEndian.Uint32(d[8:]),
+		Data:     bytes.Clone(d),
+	}, true
+}
+
+// FindCheckpoint reads WAL from src, from the first record at or after
+// from, and returns the last checkpoint record that ends at or below upto.
+// The end of the WAL in src ends the search.
+func FindCheckpoint(src wal.Source, from, upto pg.LSN) (Checkpoint, error) {
+	rd := wal.NewReader(src, from)
+	var best Checkpoint
+	found := false
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, wal.ErrEndOfWAL) {
+			break
+		}
+		if err != nil {
+			return Checkpoint{}, err
+		}
+		if r.EndLSN > upto {
+			break
+		}
+		if c, ok := ParseCheckpoint(r); ok {
+			best, found = c, true
+		}
+	}
+	if !found {
+		return Checkpoint{}, fmt.Errorf("%w between %s and %s", ErrNoCheckpoint, from, upto)
+	}
+	return best, nil
+}
+
+// PostgreSQL 15 ControlFileData offsets (64-bit).
+const (
+	ctlState         = 16  // DBState
+	ctlTime          = 24  // pg_time_t
+	ctlCheckPoint    = 32  // XLogRecPtr
+	ctlCheckPointCpy = 40  // CheckPoint (88 bytes)
+	ctlMinRecovery   = 136 // minRecoveryPoint, minRecoveryPointTLI (+4)
+	ctlBackupStart   = 152 // backupStartPoint, backupEndPoint, backupEndRequired
+	ctlCRC           = 288 // offsetof(ControlFileData, crc)
+	ctlVersion       = 1300
+	dbInProduction   = 6 // DB_IN_PRODUCTION
+)
+
+// ControlFromCheckpoint returns a copy of pg_control (PostgreSQL 15, as
+// initdb wrote it) that names checkpoint c, with the state "in production"
+// (so the server runs crash recovery from c.Redo), no minimum recovery
+// point and no backup in progress, and a fresh CRC. The CRC of ctl is
+// checked first, which also checks the layout this function assumes.
+func ControlFromCheckpoint(ctl []byte, c Checkpoint, now time.Time) ([]byte, error) {
+	if len(ctl) < ctlCRC+4 || len(c.Data) != checkpointSize {
+		return nil, fmt.Errorf("%w: %d bytes, checkpoint of %d bytes", ErrBadControl, len(ctl), len(c.Data))
+	}
+	if v := binary.LittleEndian.Uint32(ctl[8:]); v != ctlVersion {
+		return nil, fmt.Errorf("%w: pg_control_version %d", ErrBadControl, v)
+	}
+	if got, want := crc32.Checksum(ctl[:ctlCRC], castagnoli), binary.LittleEndian.Uint32(ctl[ctlCRC:]); got != want {
+		return nil, fmt.Errorf("%w: CRC %08x, stored %08x", ErrBadControl, got, want)
+	}
+	out := bytes.Clone(ctl)
+	binary.LittleEndian.PutUint32(out[ctlState:], dbInProduction)
+	binary.LittleEndian.PutUint64(out[ctlTime:], uint64(now.Unix()))
+	binary.LittleEndian.PutUint64(out[ctlCheckPoint:], uint64(c.LSN))
+	copy(out[ctlCheckPointCpy:ctlCheckPointCpy+checkpointSize], c.Data)
+	clear(out[ctlMinRecovery : ctlMinRecovery+12])
+	clear(out[ctlBackupStart : ctlBackupStart+17])
+	binary.LittleEndian.PutUint32(out[ctlCRC:], crc32.Checksum(out[:ctlCRC], castagnoli))
+	return out, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// BasebackupFromWAL writes a tar of a redo-mode timeline's data directory
+// at lsn that a stock PostgreSQL 15 starts from: every relation page at lsn
+// (rebuilt from WAL), every non-relation file at lsn, FSM forks left out,
+// and pg_control rebuilt from checkpoint c (see ControlFromCheckpoint).
+// pg_wal is empty: the caller must put there the WAL from c.Redo to at
+// least lsn before starting Postgres, which then replays it (crash
+// recovery) to the end of what it finds.
+//
+// REQUIRES: c is a checkpoint record of this timeline's WAL ending at or
+// below lsn (FindCheckpoint finds one).
+func BasebackupFromWAL(ctx context.Context, tl *timeline.Timeline, lsn pg.LSN, c Checkpoint, now time.Time, w io.Writer) error {
+	if c.EndLSN > lsn {
+		return fmt.Errorf("pageserver: checkpoint at %s ends after the backup LSN %s", c.LSN, lsn)
+	}
+	ctl, err := tl.ReadFile(ctx, ControlFile, lsn)
+	if err != nil {
+		return fmt.Errorf("basebackup: %s: %w", ControlFile, err)
+	}
+	ctl, err = ControlFromCheckpoint(ctl, c, now)
+	if err != nil {
+		return err
+	}
+	return basebackup(ctx, tl, lsn, w, backupOptions{
+		skipFork:  func(r pg.RelTag) bool { return r.Fork == pg.FSMFork },
+		overrides: map[string][]byte{ControlFile: ctl},
+	})
+}
+
+// ControlFile is pg_control's path in a data directory.
+const ControlFile = "global/pg_control"

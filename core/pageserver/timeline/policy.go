@@ -211,7 +211,13 @@ func (t *Timeline) DueImages(ctx context.Context, cs []Change) ([]Change, error)
 		if j, ok := due[c.Key]; !ok || j != i {
 			continue
 		}
-		d, err := t.Get(ctx, c.Key, c.LSN)
+		// Not t.Get: its page cache would take this value, at an LSN below
+		// versions of the key that cs already stored, for the newest.
+		cands, _, err := t.collect(ctx, c.Key, c.LSN)
+		var d []byte
+		if err == nil {
+			d, err = t.materialize(ctx, c.Key, c.LSN, cands)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("timeline: %s materialization of %s at %s: %w", t.d.Policy.Name(), c.Key, c.LSN, err)
 		}

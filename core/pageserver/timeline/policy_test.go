@@ -245,3 +245,34 @@ func TestChainState(t *testing.T) {
 		t.Fatalf("deltas %d bytes %d", s.deltas(), s.bytes())
 	}
 }
+
+// TestDueImagesTwiceInOneBatch: a key due twice within one ingest batch
+// gets one image, at its last due delta, holding the whole chain (the page
+// cache must not hand an earlier materialization back as the newest).
+func TestDueImagesTwiceInOneBatch(t *testing.T) {
+	tl := openPolicy(t, SDKPolicy{PolicyName: "sdk-delta", Policy: redo.DeltaPolicy{NDeltas: 2}})
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 7})
+	ingestWithPolicy(t, tl, []Change{
+		{Key: k, LSN: 10, Kind: layer.WillInit, Data: []byte("a")},
+		{Key: k, LSN: 20, Kind: layer.Delta, Data: []byte("b")},
+		{Key: k, LSN: 30, Kind: layer.Delta, Data: []byte("c")}, // due
+		{Key: k, LSN: 40, Kind: layer.Delta, Data: []byte("d")},
+		{Key: k, LSN: 50, Kind: layer.Delta, Data: []byte("e")}, // due again
+		{Key: k, LSN: 60, Kind: layer.Delta, Data: []byte("f")},
+	}, 60)
+	if got := imagesOf(t, tl, k); len(got) != 1 || got[0] != 50 {
+		t.Fatalf("images at %v, want [50]", got)
+	}
+	cs, _, err := tl.collect(context.Background(), k, 50)
+	if err != nil || len(cs) != 1 || string(cs[0].v.Data) != "abcde" {
+		t.Fatalf("image at 50: %d versions, %v", len(cs), err)
+	}
+	for _, c := range []struct {
+		lsn  pg.LSN
+		want string
+	}{{LatestLSN, "abcdef"}, {60, "abcdef"}, {45, "abcd"}, {30, "abc"}} {
+		if got, err := tl.Get(context.Background(), k, c.lsn); err != nil || string(got) != c.want {
+			t.Fatalf("value at %v: %q, %v, want %q", c.lsn, got, err, c.want)
+		}
+	}
+}
