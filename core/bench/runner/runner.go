@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -579,9 +580,31 @@ func MachineInfo() map[string]string {
 	return m
 }
 
-// GitRevision returns `git rev-parse --short HEAD` in dir (with "-dirty"
-// when the tree has changes), or "unknown".
+// GitRevision returns the revision of the code being measured: the VCS
+// revision stamped into this binary by `go build` (short, with "-dirty" when
+// it was built from a modified tree), else `git rev-parse --short HEAD` in
+// dir, else "unknown".
 func GitRevision(dir string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			if len(rev) > 7 {
+				rev = rev[:7]
+			}
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
+		}
+	}
 	out, err := exec.Command("git", "-C", dir, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown"

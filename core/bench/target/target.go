@@ -2,8 +2,8 @@
 // plain URL, or a managed server the bench starts and stops itself ("stock":
 // initdb + postgres in a temporary folder; "stock-sync": the same with three
 // pg_receivewal --synchronous receivers and synchronous_standby_names =
-// 'ANY 2 (r1,r2,r3)'). Kind "strata" is the extension point for a strata
-// profile and reports ErrNotAvailable until it exists.
+// 'ANY 2 (r1,r2,r3)'); "strata": a whole strata cluster started with
+// `strata up` from a config file (the profile) in a temporary folder).
 //
 // It is not a general Postgres manager: strata's own Postgres lifecycle
 // lives in core/compute.
@@ -19,9 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 )
-
-// ErrNotAvailable is returned for target kinds that strata does not have yet.
-var ErrNotAvailable = errors.New("target kind strata: not available yet")
 
 // ErrNeedsRestart is returned when a URL target is asked to change a
 // setting that only a restart applies.
@@ -49,8 +46,11 @@ type Config struct {
 	Receivers int `yaml:"receivers"`
 	// Quorum is the ANY n of synchronous_standby_names (stock-sync, default 2).
 	Quorum int `yaml:"quorum"`
-	// Profile names a strata profile (kind strata).
+	// Profile is the strata config file the cluster starts from (kind
+	// strata), e.g. configs/local.yaml.
 	Profile string `yaml:"profile"`
+	// Strata is the strata binary (kind strata; default: this program).
+	Strata string `yaml:"strata"`
 }
 
 // Target is one Postgres endpoint. Methods are not safe for concurrent use;
@@ -90,8 +90,7 @@ func DefaultRegistry() Registry {
 		"url":        NewURL,
 		"stock":      NewStock,
 		"stock-sync": NewStock,
-		// The extension point: a strata profile started by the bench.
-		"strata": func(Config, zerolog.Logger) (Target, error) { return nil, ErrNotAvailable },
+		"strata":     NewStrata,
 	}
 }
 

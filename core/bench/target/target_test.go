@@ -2,7 +2,7 @@ package target
 
 import (
 	"context"
-	"errors"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -26,10 +26,14 @@ func query(t *testing.T, url, q string) string {
 	return s
 }
 
-func TestStrataNotAvailable(t *testing.T) {
+func TestRegistryKinds(t *testing.T) {
 	_, err := DefaultRegistry().New(Config{Name: "s", Kind: "strata"}, zerolog.Nop())
-	if !errors.Is(err, ErrNotAvailable) || err.Error() != "target kind strata: not available yet" {
-		t.Fatalf("err = %v", err)
+	if err == nil || !strings.Contains(err.Error(), "needs profile") {
+		t.Fatalf("strata without a profile: err = %v", err)
+	}
+	_, err = DefaultRegistry().New(Config{Name: "s", Kind: "strata", Profile: "/nonexistent.yaml"}, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "profile") {
+		t.Fatalf("strata with a missing profile: err = %v", err)
 	}
 	if _, err := DefaultRegistry().New(Config{Name: "x", Kind: "nope"}, zerolog.Nop()); err == nil {
 		t.Fatal("unknown kind accepted")

@@ -1,0 +1,108 @@
+package target
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+// buildStrata builds cmd/strata once for the test.
+func buildStrata(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	bin := filepath.Join(t.TempDir(), "strata")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/strata")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestStrataLifecycle starts a strata cluster from the repository's
+// embedded default config with `strata up` in a temporary folder, applies a
+// restart-only setting (which restarts it through down and up), checks that
+// the data survives and that the processes are accounted for, and that
+// Close stops every process and removes the folder.
+func TestStrataLifecycle(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	profile := filepath.Join(filepath.Dir(file), "..", "..", "..", "configs", "local.yaml")
+	tg, err := NewStrata(Config{Name: "strata", Kind: "strata", Profile: profile, Strata: buildStrata(t),
+		Settings: map[string]string{"shared_buffers": "32MB"}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := tg.(*strataTarget)
+	t.Cleanup(func() { tg.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if err := tg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(st.root, "cluster", "cluster.json")); err != nil {
+		t.Fatalf("the cluster did not keep its state in the target's folder: %v", err)
+	}
+	for _, q := range []string{"CREATE TABLE bench_probe(x int)", "INSERT INTO bench_probe VALUES (42)"} {
+		c, err := pgx.Connect(ctx, tg.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Exec(ctx, q)
+		c.Close(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	restarted, err := tg.Apply(ctx, map[string]string{"shared_buffers": "48MB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !restarted {
+		t.Fatal("shared_buffers changed without a restart")
+	}
+	if got := query(t, tg.URL(), "SHOW shared_buffers"); got != "48MB" {
+		t.Fatalf("shared_buffers = %s after the restart, want 48MB", got)
+	}
+	if got := query(t, tg.URL(), "SELECT x::text FROM bench_probe"); got != "42" {
+		t.Fatalf("row after restart = %q", got)
+	}
+	pids := tg.PIDs()
+	if len(pids) < 2 {
+		t.Fatalf("PIDs = %v: want the cluster's processes and the postmaster", pids)
+	}
+	if w := st.WALDir(); w == "" {
+		t.Fatal("no WAL folder")
+	} else if _, err := os.Stat(w); err != nil {
+		t.Fatalf("WAL folder: %v", err)
+	}
+	root := st.root
+	if err := tg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		deadline := time.Now().Add(30 * time.Second)
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still runs after Close", pid)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("folder %s still exists after Close: %v", root, err)
+	}
+}
