@@ -283,6 +283,37 @@ func (r *Reader) Versions(k keyspace.Key, upto pg.LSN) []Entry {
 	return out
 }
 
+// ReadVersions returns what a read of k at upto needs from this layer:
+// the index entries with LSN <= upto from the newest base version on (all
+// of them when none is a base), oldest first. Its cost does not grow with
+// the key's older history in the file.
+func (r *Reader) ReadVersions(k keyspace.Key, upto pg.LSN) []Entry {
+	lo := r.Seek(k)
+	// hi: one past the last entry of k at or below upto.
+	hi := lo + sort.Search(r.count-lo, func(i int) bool {
+		j := lo + i
+		if !bytes.Equal(r.key(j), k[:]) {
+			return true
+		}
+		return pg.LSN(binary.BigEndian.Uint64(r.index[j*entrySize+keyspace.KeySize:])) > upto
+	})
+	start := lo
+	for i := hi - 1; i >= lo; i-- {
+		if Kind(r.index[i*entrySize+keyspace.KeySize+16]).IsBase() {
+			start = i
+			break
+		}
+	}
+	if start >= hi {
+		return nil
+	}
+	out := make([]Entry, 0, hi-start)
+	for i := start; i < hi; i++ {
+		out = append(out, r.Entry(i))
+	}
+	return out
+}
+
 // Read returns the data of an entry, checking its CRC. The caller owns
 // the returned slice.
 func (r *Reader) Read(e Entry) ([]byte, error) {

@@ -26,13 +26,18 @@ import (
 // (len counts the bytes after the crc). A torn or corrupt tail is cut off
 // at the first bad record on Open.
 //
-// Concurrency: all methods are safe for concurrent use.
+// Concurrency: all methods are safe for concurrent use. Two locks keep
+// readers off the disk's latency: logMu serializes the log (appends, Sync,
+// Freeze), mu guards the in-memory index and is held only while versions
+// are inserted, never across a write or fsync of the log.
 type InMem struct {
 	path string
 
+	logMu sync.Mutex // guards f, w and frozen transitions
+	f     *os.File
+	w     *bufio.Writer
+
 	mu      sync.RWMutex
-	f       *os.File
-	w       *bufio.Writer
 	vers    chunked                // every version, in arrival order
 	heads   map[keyspace.Key]int32 // newest version of each key
 	bytes   int64
@@ -108,30 +113,39 @@ func (m *InMem) Path() string { return m.path }
 // Put appends v to the log (buffered: durable after Sync) and indexes it.
 // v.Data must not be modified afterwards.
 func (m *InMem) Put(v Version) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.frozen {
-		return ErrFrozen
-	}
-	return m.putLocked(v)
+	return m.PutBatch([]Version{v})
 }
 
-// PutBatch is Put for many versions under one lock.
+// PutBatch is Put for many versions: they are appended to the log, then
+// indexed together (readers see all of them or none).
 func (m *InMem) PutBatch(vs []Version) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	if len(vs) == 0 {
+		return nil
+	}
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	// frozen only changes under logMu (Freeze), so it is stable here.
 	if m.frozen {
 		return ErrFrozen
 	}
-	for _, v := range vs {
-		if err := m.putLocked(v); err != nil {
+	if m.w == nil {
+		return ErrClosed
+	}
+	for i := range vs {
+		if err := m.appendLog(&vs[i]); err != nil {
 			return err
 		}
 	}
+	m.mu.Lock()
+	for _, v := range vs {
+		m.insert(v)
+	}
+	m.mu.Unlock()
 	return nil
 }
 
-func (m *InMem) putLocked(v Version) error {
+// appendLog writes one log record. REQUIRES: m.logMu held.
+func (m *InMem) appendLog(v *Version) error {
 	var hdr [logHeader + logFixed]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(logFixed+len(v.Data)))
 	b := hdr[logHeader:]
@@ -145,11 +159,8 @@ func (m *InMem) putLocked(v Version) error {
 	if _, err := m.w.Write(hdr[:]); err != nil {
 		return err
 	}
-	if _, err := m.w.Write(v.Data); err != nil {
-		return err
-	}
-	m.insert(v)
-	return nil
+	_, err := m.w.Write(v.Data)
+	return err
 }
 
 func (m *InMem) insert(v Version) {
@@ -213,10 +224,11 @@ func (m *InMem) account(v Version) {
 	m.maxSeq = max(m.maxSeq, v.Seq)
 }
 
-// Sync flushes the log buffer and fsyncs the log file.
+// Sync flushes the log buffer and fsyncs the log file. Readers are not
+// blocked while it waits for the disk.
 func (m *InMem) Sync() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
 	if m.w == nil {
 		return nil
 	}
@@ -228,9 +240,11 @@ func (m *InMem) Sync() error {
 
 // Freeze makes the layer read-only: later Puts fail with ErrFrozen.
 func (m *InMem) Freeze() error {
+	m.logMu.Lock()
 	m.mu.Lock()
 	m.frozen = true
 	m.mu.Unlock()
+	m.logMu.Unlock()
 	return m.Sync()
 }
 
@@ -248,6 +262,33 @@ func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
 		nd := m.vers.at(cur)
 		if nd.v.LSN <= upto {
 			out = append(out, nd.v)
+		}
+		cur = nd.older
+	}
+	slices.Reverse(out[n:])
+	return out
+}
+
+// ReadVersions appends to out what a read of k at upto needs from this
+// layer: the versions with LSN <= upto from the newest base version
+// (image, will_init, tombstone) on, or all of them when none is a base,
+// oldest first. Unlike Versions its cost does not grow with the key's
+// older history. The Data slices are shared: callers must not modify them.
+func (m *InMem) ReadVersions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	h, ok := m.heads[k]
+	if !ok {
+		return out
+	}
+	n := len(out)
+	for cur := h; cur >= 0; {
+		nd := m.vers.at(cur)
+		if nd.v.LSN <= upto {
+			out = append(out, nd.v)
+			if nd.v.Kind.IsBase() {
+				break
+			}
 		}
 		cur = nd.older
 	}
@@ -311,8 +352,8 @@ func (m *InMem) Sorted() []Version {
 
 // Close closes the log file (without removing it).
 func (m *InMem) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
 	if m.f == nil {
 		return nil
 	}

@@ -27,6 +27,8 @@ var (
 	ErrCorrupt = errors.New("layer: corrupt")
 	// ErrFrozen: a Put on a frozen in-memory layer.
 	ErrFrozen = errors.New("layer: in-memory layer is frozen")
+	// ErrClosed: a Put on a closed in-memory layer.
+	ErrClosed = errors.New("layer: in-memory layer is closed")
 	// ErrOrder: a Writer got versions out of (key, LSN, Seq) order.
 	ErrOrder = errors.New("layer: versions out of order")
 )

@@ -1,0 +1,85 @@
+package layer
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestReadVersions checks that a read gets the versions from the newest
+// base at or below its LSN on, from the in-memory layer and a layer file.
+func TestReadVersions(t *testing.T) {
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 2, Block: 3})
+	other := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 2, Block: 4})
+	kinds := []Kind{Delta, Image, Delta, WillInit, Delta, Tombstone, Delta}
+	var vs []Version
+	for i, kind := range kinds {
+		vs = append(vs, Version{Key: k, LSN: pg.LSN(10 * (i + 1)), Seq: uint64(i + 1), Kind: kind, Data: []byte{byte(i)}})
+	}
+	vs = append(vs, Version{Key: other, LSN: 15, Seq: 99, Kind: Image, Data: []byte{99}})
+	cases := []struct {
+		upto pg.LSN
+		want []pg.LSN
+	}{
+		{5, nil},
+		{10, []pg.LSN{10}},       // a lone delta: no base here
+		{35, []pg.LSN{20, 30}},   // image at 20, then a delta
+		{45, []pg.LSN{40}},       // will_init is a base
+		{55, []pg.LSN{40, 50}},   //
+		{65, []pg.LSN{60}},       // tombstone
+		{1000, []pg.LSN{60, 70}}, //
+	}
+	m, err := OpenInMem(filepath.Join(t.TempDir(), "log"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.PutBatch(vs); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := NewWriter(&buf, DeltaLayer)
+	for i := range vs[:len(kinds)] {
+		if err := w.Add(&vs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Add(&vs[len(kinds)]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Finish(keyspace.Range{}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(BytesSource(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		var got, gotFile []pg.LSN
+		for _, v := range m.ReadVersions(nil, k, c.upto) {
+			got = append(got, v.LSN)
+		}
+		for _, e := range r.ReadVersions(k, c.upto) {
+			gotFile = append(gotFile, e.LSN)
+		}
+		if !equalLSNs(got, c.want) || !equalLSNs(gotFile, c.want) {
+			t.Errorf("upto %d: in memory %v, file %v, want %v", c.upto, got, gotFile, c.want)
+		}
+	}
+}
+
+func equalLSNs(a, b []pg.LSN) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
