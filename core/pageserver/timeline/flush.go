@@ -646,6 +646,7 @@ func (t *Timeline) GC(ctx context.Context) (int, error) {
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
 	t.gcCutoff = max(t.gcCutoff, cutoff)
+	t.gcCut.Store(uint64(t.gcCutoff))
 	cutoff = t.gcCutoff
 	all := t.layers.All()
 	t.mu.Unlock()
@@ -774,6 +775,9 @@ func (t *Timeline) background() {
 		t0 := time.Now()
 		if err := t.CommitAdvanced(); err != nil {
 			t.log.Error().Err(err).Msg("releasing gated versions")
+		}
+		if err := t.SyncIngested(); err != nil {
+			t.log.Error().Err(err).Msg("syncing ingested WAL")
 		}
 		t.maybeFreeze()
 		t1 := time.Now()

@@ -108,7 +108,7 @@ func (h *handle) versions(ctx context.Context, v []cand, k keyAt) ([]cand, error
 		return v, err
 	}
 	defer h.release()
-	es := r.Versions(k.key, k.upto)
+	es := r.ReadVersions(k.key, k.upto)
 	for _, e := range es {
 		v = append(v, cand{v: layer.Version{Key: e.Key, LSN: e.LSN, Seq: e.Seq, Kind: e.Kind}, h: h, e: e})
 	}

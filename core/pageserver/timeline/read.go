@@ -64,7 +64,7 @@ func (t *Timeline) collectOnce(ctx context.Context, k keyspace.Key, upto pg.LSN)
 	}
 	var vs []layer.Version
 	for _, m := range s.mems {
-		vs = m.Versions(vs[:0], k, upto)
+		vs = m.ReadVersions(vs[:0], k, upto)
 		for _, v := range vs {
 			cs = append(cs, cand{v: v})
 		}
@@ -134,6 +134,7 @@ func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte
 		return d, nil
 	}
 	epoch := t.epoch.Load()
+	fill := t.writing.Load() == 0 // a write in progress may be half visible
 	latest := upto >= pg.LSN(t.lastRecord.Load())
 	cs, n, err := t.collect(ctx, k, upto)
 	t.d.Metrics.read(false, n)
@@ -141,10 +142,10 @@ func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte
 		return nil, err
 	}
 	d, err := t.materialize(ctx, k, upto, cs)
-	if latest && len(cs) > 0 && (err == nil || errors.Is(err, ErrNotFound)) && t.epoch.Load() == epoch {
+	if fill && latest && len(cs) > 0 && (err == nil || errors.Is(err, ErrNotFound)) {
 		// cs[0] is the key's newest version: the value answers every
 		// read at or above its LSN until the next write to k.
-		t.cache.put(k, cs[0].v.LSN, d)
+		t.cache.putIf(k, cs[0].v.LSN, d, &t.epoch, epoch)
 	}
 	return d, err
 }
@@ -198,11 +199,8 @@ func (t *Timeline) fill(ctx context.Context, c *cand) error {
 	return err
 }
 
-func (t *Timeline) gcCutoffLSN() pg.LSN {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.gcCutoff
-}
+// gcCutoffLSN takes no lock: it is on every read's path.
+func (t *Timeline) gcCutoffLSN() pg.LSN { return pg.LSN(t.gcCut.Load()) }
 
 // WaitLSN waits until the timeline has ingested (or been put) everything up
 // to lsn, for at most the configured WaitLSNTimeout.

@@ -215,7 +215,11 @@ type Timeline struct {
 	remoteLSN  atomic.Uint64 // disk consistent LSN of the last published manifest
 	walWaitMu  sync.Mutex
 	walWait    chan struct{} // closed when lastRecord advances
-	epoch      atomic.Uint64 // bumped on every write (page cache race guard)
+	epoch      atomic.Uint64 // bumped before and after every write (page cache race guard)
+	writing    atomic.Int32  // writes in progress (readers do not fill the cache meanwhile)
+	gcCut      atomic.Uint64 // gcCutoff, for reads that take no lock
+	synced     atomic.Uint64 // every ingested version at or below it is in an fsynced log or a layer file
+	dirty      atomic.Bool   // IngestBuffered appended versions that no fsync covers yet
 	cache      *pageCache
 	chains     map[keyspace.Key]int // deltas since the last base per key (pushdown)
 
@@ -292,6 +296,7 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		}
 		t.gen = m.Generation
 		t.gcCutoff = m.GCCutoff
+		t.gcCut.Store(uint64(m.GCCutoff))
 		t.seq.Store(m.MaxSeq)
 		t.lastRecord.Store(uint64(m.DiskConsistentLSN))
 		if m.Generation > 0 {
@@ -456,6 +461,9 @@ func (t *Timeline) LSNs() LSNs {
 		Pending:          len(t.pending),
 	}
 	l.Durable = l.LastRecord
+	if t.dirty.Load() {
+		l.Durable = min(l.Durable, pg.LSN(t.synced.Load()))
+	}
 	for _, p := range t.pending {
 		if p.LSN <= l.Durable {
 			l.Durable = p.LSN - 1
@@ -471,6 +479,9 @@ func (t *Timeline) Close() error {
 	// Versions the gate already allows become durable before we go.
 	if err := t.CommitAdvanced(); err != nil {
 		t.log.Error().Err(err).Msg("releasing gated versions at close")
+	}
+	if err := t.SyncIngested(); err != nil && !errors.Is(err, ErrClosed) {
+		t.log.Error().Err(err).Msg("syncing ingested WAL at close")
 	}
 	t.mu.Lock()
 	if t.closed {

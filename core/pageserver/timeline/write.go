@@ -29,7 +29,7 @@ type Change struct {
 // before Put returns. Put returns the durable LSN after the call.
 func (t *Timeline) Put(ctx context.Context, cs []Change) (pg.LSN, error) {
 	t.writeMu.Lock()
-	err := t.putLocked(cs, true)
+	err := t.putLocked(cs, true, true)
 	t.writeMu.Unlock()
 	if err != nil {
 		return 0, err
@@ -43,14 +43,85 @@ func (t *Timeline) Put(ctx context.Context, cs []Change) (pg.LSN, error) {
 // whose delta chain reaches the policy's N is materialized with the redo
 // engine and the image is stored at the same LSN.
 func (t *Timeline) Ingest(ctx context.Context, cs []Change, lastRecord pg.LSN) error {
+	return t.ingest(ctx, cs, lastRecord, true)
+}
+
+// IngestBuffered is Ingest without the fsync: the versions are visible to
+// reads at once and durable after the next SyncIngested (or any later
+// synced write; the background loop syncs every BackgroundInterval).
+// LSNs().Durable stays at the last synced point meanwhile, so the
+// safekeepers keep the WAL that is not durable here. WAL ingest uses it
+// to pay one fsync per many batches instead of one per batch.
+func (t *Timeline) IngestBuffered(ctx context.Context, cs []Change, lastRecord pg.LSN) error {
+	return t.ingest(ctx, cs, lastRecord, false)
+}
+
+// SyncIngested makes every version ingested so far durable (one fsync of
+// the log) and advances LSNs().Durable accordingly. It does nothing when
+// no IngestBuffered call is waiting for a sync.
+func (t *Timeline) SyncIngested() error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	if err := t.putLocked(cs, false); err != nil {
+	return t.syncLocked()
+}
+
+// syncLocked fsyncs the open log when IngestBuffered left versions
+// unsynced. REQUIRES: t.writeMu held.
+func (t *Timeline) syncLocked() error {
+	if !t.dirty.Load() {
+		return nil
+	}
+	last := t.lastRecord.Load()
+	t.mu.RLock()
+	open, closed := t.open, t.closed
+	t.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	// Frozen layers were synced when frozen; the open one holds the rest.
+	if err := open.Sync(); err != nil {
+		return err
+	}
+	t.markSynced(last)
+	return nil
+}
+
+// markSynced records that every version at or below last is durable.
+// REQUIRES: t.writeMu held (no write can slip in between).
+func (t *Timeline) markSynced(last uint64) {
+	for {
+		o := t.synced.Load()
+		if last <= o || t.synced.CompareAndSwap(o, last) {
+			break
+		}
+	}
+	t.dirty.Store(false)
+}
+
+func (t *Timeline) ingest(ctx context.Context, cs []Change, lastRecord pg.LSN, sync bool) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	// Until lastRecord covers cs, a read at the "latest" LSN may not see
+	// the key's newest version: no read fills the page cache meanwhile.
+	t.writing.Add(1)
+	t.epoch.Add(1)
+	defer func() {
+		t.epoch.Add(1)
+		t.writing.Add(-1)
+	}()
+	if !sync {
+		// Set before lastRecord moves, so LSNs never reports these
+		// versions as durable.
+		t.dirty.Store(true)
+	}
+	if err := t.putLocked(cs, false, sync); err != nil {
 		return err
 	}
 	if err := t.releaseLocked(t.d.Commit.CommitLSN()); err != nil {
 		return err
 	}
+	// MaterializeAfter's images (pushdown), at the deltas' LSNs. Per-key
+	// policies (KeyPolicy) are applied by callers of DueImages for now.
 	if n := t.d.Policy.MaterializeAfter(); n > 0 && t.d.Redo != nil {
 		var imgs []Change
 		for _, c := range cs {
@@ -61,27 +132,57 @@ func (t *Timeline) Ingest(ctx context.Context, cs []Change, lastRecord pg.LSN) e
 			t.chains[c.Key]++
 			if t.chains[c.Key] >= n {
 				delete(t.chains, c.Key)
-				d, err := t.Get(ctx, c.Key, c.LSN)
+				// Not t.Get: cs may hold newer versions of the key.
+				cands, _, err := t.collect(ctx, c.Key, c.LSN)
+				var d []byte
+				if err == nil {
+					d, err = t.materialize(ctx, c.Key, c.LSN, cands)
+				}
 				if err != nil {
 					return fmt.Errorf("timeline: pushdown materialization of %s: %w", c.Key, err)
 				}
 				imgs = append(imgs, Change{Key: c.Key, LSN: c.LSN, Kind: layer.Image, Data: d})
 			}
 		}
-		if err := t.putLocked(imgs, false); err != nil {
+		if err := t.putLocked(imgs, false, sync); err != nil {
 			return err
 		}
 	}
 	t.advanceLastRecord(lastRecord)
+	if sync {
+		// putLocked synced what it wrote; earlier buffered versions need
+		// their own sync (an empty cs wrote nothing).
+		if err := t.syncLocked(); err != nil {
+			return err
+		}
+		t.markSynced(t.lastRecord.Load())
+	}
 	return nil
 }
 
-// putLocked assigns Seqs and stores cs. REQUIRES: t.writeMu held.
-func (t *Timeline) putLocked(cs []Change, gated bool) error {
+// putLocked assigns Seqs and stores cs; sync fsyncs the log before it
+// returns. Readers are not blocked while the versions are appended to the
+// log: t.mu is held only to assign Seqs and take the open layer.
+// REQUIRES: t.writeMu held.
+func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 	if len(cs) == 0 {
 		return nil
 	}
 	commit := t.d.Commit.CommitLSN()
+	// Page cache guard: no reader fills the cache while the write is half
+	// visible, and the epoch moves before and after it (pageCache.putIf).
+	t.writing.Add(1)
+	t.epoch.Add(1)
+	visible := false
+	published := func() {
+		if !visible {
+			visible = true
+			t.cache.invalidateBatch(cs)
+			t.epoch.Add(1)
+			t.writing.Add(-1)
+		}
+	}
+	defer published()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -89,8 +190,6 @@ func (t *Timeline) putLocked(cs []Change, gated bool) error {
 	}
 	var maxLSN pg.LSN
 	direct := make([]layer.Version, 0, len(cs))
-	t.cache.invalidateBatch(cs)
-	t.epoch.Add(1)
 	for _, c := range cs {
 		v := layer.Version{Key: c.Key, LSN: c.LSN, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
 		maxLSN = max(maxLSN, c.LSN)
@@ -101,17 +200,36 @@ func (t *Timeline) putLocked(cs []Change, gated bool) error {
 		}
 		direct = append(direct, v)
 	}
-	if err := t.open.PutBatch(direct); err != nil {
-		t.mu.Unlock()
-		return err
-	}
-	wrote := len(direct) > 0
 	open := t.open
 	t.mu.Unlock()
+	wrote := len(direct) > 0
+	for attempt := 0; wrote; attempt++ {
+		err := open.PutBatch(direct)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, layer.ErrClosed) {
+			return ErrClosed
+		}
+		if !errors.Is(err, layer.ErrFrozen) || attempt >= 8 {
+			return err
+		}
+		// The background loop froze the layer meanwhile: use the new one.
+		t.mu.RLock()
+		open = t.open
+		closed := t.closed
+		t.mu.RUnlock()
+		if closed {
+			return ErrClosed
+		}
+	}
 	if gated {
 		t.advanceLastRecord(maxLSN)
 	}
-	if wrote {
+	// The versions are in place and lastRecord covers them: readers may
+	// fill the cache again.
+	published()
+	if wrote && sync {
 		if err := open.Sync(); err != nil {
 			return err
 		}
@@ -247,7 +365,7 @@ func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error)
 		}
 		sizes[rel] = n
 	}
-	if err := t.putLocked(cs, true); err != nil {
+	if err := t.putLocked(cs, true, true); err != nil {
 		return 0, err
 	}
 	return t.LSNs().Durable, nil
@@ -370,7 +488,7 @@ func (t *Timeline) WriteFile(ctx context.Context, path string, off int64, data [
 	if !ok || end > size {
 		cs = append(cs, Change{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Image, Data: encodeMeta(path, max(size, end))})
 	}
-	return t.putLocked(cs, true)
+	return t.putLocked(cs, true, true)
 }
 
 // TruncateFile sets a file's size at W (gated), creating it if needed.
@@ -394,7 +512,7 @@ func (t *Timeline) TruncateFile(ctx context.Context, path string, size int64, w 
 		cs = append(cs, Change{Key: keyspace.FileBlock(path, blk), LSN: w, Kind: layer.Image, Data: b})
 	}
 	cs = append(cs, t.cutBlocks(path, size, old, w)...)
-	return t.putLocked(cs, true)
+	return t.putLocked(cs, true, true)
 }
 
 // cutBlocks returns tombstones for the blocks wholly past size (up to the
@@ -417,7 +535,7 @@ func (t *Timeline) UnlinkFile(ctx context.Context, path string, w pg.LSN) error 
 	}
 	cs := []Change{{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Tombstone}}
 	cs = append(cs, t.cutBlocks(path, 0, old, w)...)
-	return t.putLocked(cs, true)
+	return t.putLocked(cs, true, true)
 }
 
 // FileInfo names a non-relation file.
