@@ -39,13 +39,17 @@ type RelChange struct {
 	Drop    bool
 }
 
-// FileBlock is a new image of one block of a non-relation file (an SLRU
-// page, pg_filenode.map, ...), pg.BlockSize bytes or shorter for a file
-// smaller than a block.
+// FileBlock is a new version of one block of a non-relation file (an SLRU
+// page, pg_filenode.map, ...). With Kind layer.Image (or zero) Data is the
+// block, pg.BlockSize bytes or shorter for a file smaller than a block;
+// with layer.Delta Data is a record that the timeline's redo engine
+// applies to the block's previous value (an SLRU change such as a commit's
+// status bits), and the block must exist already.
 type FileBlock struct {
 	Path  string
 	Block uint32
 	Data  []byte
+	Kind  layer.Kind
 }
 
 // Record is the effect of one WAL record. LSN is the record's end LSN: the
@@ -78,9 +82,34 @@ type Feedback interface {
 
 // Apply turns records into changes and ingests them into tl, extending
 // relation sizes when a block lies past the known end (as Postgres' redo
-// does), and records that WAL up to end is ingested.
+// does), and records that WAL up to end is ingested. The versions are
+// durable when it returns.
 func Apply(ctx context.Context, tl *timeline.Timeline, recs []Record, end pg.LSN) error {
-	var cs []timeline.Change
+	cs, err := Changes(ctx, tl, recs)
+	if err != nil {
+		return err
+	}
+	return tl.Ingest(ctx, cs, end)
+}
+
+// ApplyBuffered is Apply with timeline.IngestBuffered: the versions are
+// durable only after tl.SyncIngested (LSNs().Durable says how far).
+func ApplyBuffered(ctx context.Context, tl *timeline.Timeline, recs []Record, end pg.LSN) error {
+	cs, err := Changes(ctx, tl, recs)
+	if err != nil {
+		return err
+	}
+	return tl.IngestBuffered(ctx, cs, end)
+}
+
+// Changes converts records into timeline changes, reading the relation
+// and file sizes it needs from tl at the latest LSN.
+func Changes(ctx context.Context, tl *timeline.Timeline, recs []Record) ([]timeline.Change, error) {
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Blocks) + len(recs[i].Rels) + len(recs[i].Files)
+	}
+	cs := make([]timeline.Change, 0, n+n/8)
 	sizes := map[pg.RelTag]uint32{}
 	known := map[pg.RelTag]bool{}
 	fileSizes := map[string]int64{}
@@ -106,7 +135,7 @@ func Apply(ctx context.Context, tl *timeline.Timeline, recs []Record, end pg.LSN
 			cs = append(cs, timeline.Change{Key: keyspace.RelBlock(b.Page), LSN: rec.LSN, Kind: b.Kind, Data: b.Data})
 			n, err := size(b.Page.Tag())
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if b.Page.Block >= n {
 				sizes[b.Page.Tag()] = b.Page.Block + 1
@@ -114,15 +143,27 @@ func Apply(ctx context.Context, tl *timeline.Timeline, recs []Record, end pg.LSN
 			}
 		}
 		for _, f := range rec.Files {
+			kind := f.Kind
+			if kind == 0 {
+				kind = layer.Image
+			}
+			if kind == layer.Delta {
+				// A change to an existing block: the size stays.
+				cs = append(cs, timeline.Change{Key: keyspace.FileBlock(f.Path, f.Block), LSN: rec.LSN, Kind: layer.Delta, Data: f.Data})
+				continue
+			}
+			if kind != layer.Image {
+				return nil, fmt.Errorf("ingest: file block of kind %s", kind)
+			}
 			if len(f.Data) > pg.BlockSize {
-				return fmt.Errorf("ingest: file block of %d bytes", len(f.Data))
+				return nil, fmt.Errorf("ingest: file block of %d bytes", len(f.Data))
 			}
 			cs = append(cs, timeline.Change{Key: keyspace.FileBlock(f.Path, f.Block), LSN: rec.LSN, Kind: layer.Image, Data: f.Data})
 			cur, ok := fileSizes[f.Path]
 			if !ok {
 				s, _, err := tl.StatFile(ctx, f.Path, timeline.LatestLSN)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				cur = s
 			}
@@ -133,7 +174,7 @@ func Apply(ctx context.Context, tl *timeline.Timeline, recs []Record, end pg.LSN
 			fileSizes[f.Path] = cur
 		}
 	}
-	return tl.Ingest(ctx, cs, end)
+	return cs, nil
 }
 
 // Follow ingests tl's WAL until ctx ends: it opens a Source at the

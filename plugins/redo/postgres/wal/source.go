@@ -71,14 +71,24 @@ func ParseSegmentFileName(name string, segSize uint64) (tli pg.PGTimeline, seg u
 }
 
 // DirSource reads segment files from a folder (such as pg_wal). When several
-// timelines hold the same segment, the highest timeline wins.
+// timelines hold the same segment, the highest timeline wins. It reads
+// ahead readAhead bytes at a time (one system call per 128 pages instead
+// of one per page); a page read twice in a row (the reader retrying at the
+// end of WAL) is read from the file again.
 type DirSource struct {
 	dir     string
 	segSize uint64
 	files   map[uint64]string
 	cur     *os.File
 	curSeg  uint64
+
+	buf     []byte // bytes of segment curSeg from bufOff
+	bufOff  int64
+	lastLSN pg.LSN
+	read    bool // lastLSN is set
 }
+
+const readAhead = 1 << 20
 
 // OpenDir scans dir for segment files. The segment size is read from the
 // long page header of the first segment found.
@@ -183,6 +193,7 @@ func (s *DirSource) ReadPage(lsn pg.LSN, buf []byte) error {
 			s.cur.Close()
 			s.cur = nil
 		}
+		s.buf = s.buf[:0]
 		name, ok := s.files[seg]
 		if !ok {
 			return fmt.Errorf("%w: segment %d (for %s) not found", ErrEndOfWAL, seg, lsn)
@@ -197,14 +208,34 @@ func (s *DirSource) ReadPage(lsn pg.LSN, buf []byte) error {
 		}
 		s.cur, s.curSeg = f, seg
 	}
-	if _, err := s.cur.ReadAt(buf[:PageSize], int64(uint64(lsn)%s.segSize)); err != nil {
-		return fmt.Errorf("%w: reading page %s: %v", ErrEndOfWAL, lsn, err)
+	off := int64(uint64(lsn) % s.segSize)
+	again := s.read && s.lastLSN == lsn
+	s.lastLSN, s.read = lsn, true
+	if again || off < s.bufOff || off+PageSize > s.bufOff+int64(len(s.buf)) {
+		if s.buf == nil {
+			s.buf = make([]byte, 0, readAhead)
+		}
+		n := min(int64(readAhead), int64(s.segSize)-off)
+		s.buf = s.buf[:n]
+		got, err := s.cur.ReadAt(s.buf, off)
+		s.buf, s.bufOff = s.buf[:got], off
+		if got < PageSize {
+			s.buf = s.buf[:0]
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%w: reading page %s: %v", ErrEndOfWAL, lsn, err)
+		}
+		// Keep only whole pages: a partial one is read again when needed.
+		s.buf = s.buf[:got/PageSize*PageSize]
 	}
+	copy(buf[:PageSize], s.buf[off-s.bufOff:])
 	return nil
 }
 
 // Close closes the open segment file.
 func (s *DirSource) Close() error {
+	s.buf = s.buf[:0]
 	if s.cur != nil {
 		err := s.cur.Close()
 		s.cur = nil
