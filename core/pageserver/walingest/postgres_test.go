@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
@@ -215,6 +217,18 @@ type walRun struct {
 	db2Version []byte // its PG_VERSION
 	xact       []byte // pg_xact/0000 after shutdown
 	db2Rels    int    // its main fork files at dbMid
+	// A database copied from d2 with the FILE_COPY strategy, kept.
+	db3 uint32
+	// pg_multixact/offsets/0000 and members/0000 after shutdown.
+	mxOffsets, mxMembers []byte
+	// Relations dropped before end (DROP TABLE, TRUNCATE's old file, a
+	// rolled-back CREATE TABLE), each with an LSN at which it existed.
+	droppedRels []droppedRel
+}
+
+type droppedRel struct {
+	rel pg.RelTag
+	at  pg.LSN
 }
 
 func genWAL(t testing.TB) *walRun {
@@ -232,9 +246,28 @@ func genWAL(t testing.TB) *walRun {
 	srv.Exec("postgres", "VACUUM u")
 	// Clears visibility-map bits without referencing the VM page.
 	srv.Exec("postgres", "UPDATE u SET pad = 'z' WHERE id IN (3, 400)")
+	// Three transactions share-lock the same rows: multixacts.
+	lockers(t, srv, "SELECT id FROM t WHERE id <= 10 FOR SHARE", "SELECT id FROM t WHERE id <= 10 FOR SHARE", "SELECT id FROM t WHERE id BETWEEN 5 AND 15 FOR SHARE")
+	// Relations whose files go: a dropped table, the old file of a
+	// truncated table, a table created by a transaction that rolls back.
+	srv.Exec("postgres", `CREATE TABLE dropme (id int); INSERT INTO dropme SELECT generate_series(1, 1000);
+		CREATE TABLE trunc (id int); INSERT INTO trunc SELECT generate_series(1, 1000)`)
+	oidDB, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'postgres'"), 10, 32)
+	relOf := func(name string) pg.RelTag {
+		n, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT relfilenode::text FROM pg_class WHERE relname = $1", name), 10, 32)
+		return pg.RelTag{Spc: 1663, DB: uint32(oidDB), Rel: uint32(n)}
+	}
+	dropMid := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_insert_lsn()::text"))
+	dropped := []droppedRel{{relOf("dropme"), dropMid}, {relOf("trunc"), dropMid}, rolledBackTable(t, srv, oidDB)}
+	srv.Exec("postgres", "DROP TABLE dropme")
+	srv.Exec("postgres", "TRUNCATE trunc")
+	srv.Exec("postgres", "INSERT INTO trunc VALUES (1)")
 	srv.Exec("postgres", "CREATE DATABASE d2 STRATEGY WAL_LOG")
+	// FILE_COPY copies d2's files (its pages are in the WAL as images).
+	srv.Exec("postgres", "CREATE DATABASE d3 TEMPLATE d2 STRATEGY FILE_COPY")
 	dbMid := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_insert_lsn()::text"))
 	db2, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'd2'"), 10, 32)
+	db3, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'd3'"), 10, 32)
 	// Main fork files on disk: names of digits only (no _fsm, _vm, .1).
 	ents, err := os.ReadDir(filepath.Join(srv.DataDir, "base", strconv.FormatUint(db2, 10)))
 	if err != nil {
@@ -283,8 +316,76 @@ func genWAL(t testing.TB) *walRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mxo, err := os.ReadFile(filepath.Join(srv.DataDir, "pg_multixact", "offsets", "0000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mxm, err := os.ReadFile(filepath.Join(srv.DataDir, "pg_multixact", "members", "0000"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &walRun{xact: xact, dataDir: srv.DataDir, walDir: filepath.Join(srv.DataDir, "pg_wal"), start: start, end: end, rels: rels,
-		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels, db2Version: db2Version}
+		db2: uint32(db2), dbMid: dbMid, db2Map: db2Map, db2Rels: db2Rels, db2Version: db2Version,
+		db3: uint32(db3), mxOffsets: mxo, mxMembers: mxm, droppedRels: dropped}
+}
+
+// lockers runs each query in its own transaction, all open at once, then
+// commits them: row locks shared by several transactions are multixacts.
+func lockers(t testing.TB, srv *pgtest.Server, queries ...string) {
+	ctx := context.Background()
+	var conns []*pgx.Conn
+	for _, q := range queries {
+		c, err := pgx.Connect(ctx, srv.ConnString("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// rolledBackTable creates a table with rows in a transaction that rolls
+// back, and returns its relation and an LSN before the rollback.
+func rolledBackTable(t testing.TB, srv *pgtest.Server, db uint64) droppedRel {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, srv.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var node uint32
+	for _, q := range []string{"BEGIN", "CREATE TABLE rolledback (id int)", "INSERT INTO rolledback SELECT generate_series(1, 1000)"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A checkpoint makes the uncommitted pages reach the WAL as images.
+	srv.Exec("postgres", "CHECKPOINT")
+	if _, err := c.Exec(ctx, "INSERT INTO rolledback VALUES (0)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SELECT relfilenode FROM pg_class WHERE relname = 'rolledback'").Scan(&node); err != nil {
+		t.Fatal(err)
+	}
+	var at string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	return droppedRel{pg.RelTag{Spc: 1663, DB: uint32(db), Rel: node}, mustLSN(t, at)}
 }
 
 func newTimeline(t testing.TB) (*timeline.Timeline, *recFeedback) {
@@ -392,6 +493,36 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 		}
 	}
 
+	// The FILE_COPY database has the files Postgres has, with d2's pages.
+	w.checkFileCopy(t, tl, last)
+
+	// Multixact SLRU pages equal Postgres' files.
+	for _, f := range []struct {
+		path string
+		want []byte
+	}{{"pg_multixact/offsets/0000", w.mxOffsets}, {"pg_multixact/members/0000", w.mxMembers}} {
+		got, err := tl.ReadFile(ctx, f.path, last)
+		if err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+		if len(got) == 0 || len(got) > len(f.want) || !bytes.Equal(got, f.want[:len(got)]) {
+			t.Errorf("%s: %d bytes differ from Postgres' %d bytes", f.path, len(got), len(f.want))
+		}
+		if bytes.Equal(got, make([]byte, len(got))) {
+			t.Errorf("%s is all zeros", f.path)
+		}
+	}
+
+	// Dropped relations exist before and not after.
+	for _, d := range w.droppedRels {
+		if _, ok, err := tl.Nblocks(ctx, d.rel, d.at); err != nil || !ok {
+			t.Errorf("relation %s at %s: exists %v, %v", d.rel, d.at, ok, err)
+		}
+		if _, ok, err := tl.Nblocks(ctx, d.rel, last); err != nil || ok {
+			t.Errorf("relation %s after its drop: exists %v, %v", d.rel, ok, err)
+		}
+	}
+
 	// Transaction status of the workload's transactions, as in pg_xact.
 	xact, err := tl.ReadFile(ctx, "pg_xact/0000", last)
 	if err != nil {
@@ -400,11 +531,18 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 	if maxXID-minXID < 5 || int(maxXID/4) >= len(xact) || int(maxXID/4) >= len(w.xact) {
 		t.Fatalf("xids %d..%d, pg_xact of %d bytes here, %d in Postgres", minXID, maxXID, len(xact), len(w.xact))
 	}
+	aborted := 0
 	for x := minXID; x <= maxXID; x++ {
 		got, want := xact[x/4]>>((x%4)*2)&3, w.xact[x/4]>>((x%4)*2)&3
-		if got != want || want != postgres.XactCommitted {
+		if got != want {
 			t.Errorf("xid %d: status %d, Postgres has %d", x, got, want)
 		}
+		if want == postgres.XactAborted {
+			aborted++
+		}
+	}
+	if aborted == 0 {
+		t.Errorf("no aborted transaction among xids %d..%d", minXID, maxXID)
 	}
 
 	redone := 0
@@ -443,6 +581,71 @@ func (w *walRun) check(t *testing.T, tl *timeline.Timeline, fb *recFeedback, las
 		}
 	}
 	t.Logf("ingested %s..%s: %d images checked, %d pages compared with the data files", start, last, images, redone)
+}
+
+// checkFileCopy compares the database created with FILE_COPY with
+// Postgres' files: every fork file has the size the timeline says, the
+// pages equal its template's at the copy, and pg_filenode.map and
+// PG_VERSION are Postgres'.
+func (w *walRun) checkFileCopy(t *testing.T, tl *timeline.Timeline, last pg.LSN) {
+	ctx := context.Background()
+	dir := filepath.Join(w.dataDir, "base", strconv.FormatUint(uint64(w.db3), 10))
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forks := 0
+	for _, e := range ents {
+		name, fork := e.Name(), pg.MainFork
+		for suffix, f := range map[string]pg.ForkNumber{"_fsm": pg.FSMFork, "_vm": pg.VMFork, "_init": pg.InitFork} {
+			if n, ok := strings.CutSuffix(name, suffix); ok {
+				name, fork = n, f
+			}
+		}
+		node, err := strconv.ParseUint(name, 10, 32)
+		if err != nil {
+			if name != "PG_VERSION" && name != "pg_filenode.map" && name != "pg_internal.init" {
+				t.Errorf("unexpected file %s in %s", e.Name(), dir)
+			}
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := pg.RelTag{Spc: 1663, DB: w.db3, Rel: uint32(node), Fork: fork}
+		n, ok, err := tl.Nblocks(ctx, rel, last)
+		if err != nil || !ok || int(n)*pg.BlockSize != len(data) {
+			t.Errorf("%s: Nblocks %d %v %v, the file has %d bytes", e.Name(), n, ok, err, len(data))
+			continue
+		}
+		src := rel
+		src.DB = w.db2
+		for blk := uint32(0); blk < n; blk++ {
+			got, err := tl.GetPage(ctx, rel.Page(blk), last, last)
+			if err != nil {
+				t.Fatalf("%s block %d: %v", e.Name(), blk, err)
+			}
+			tmpl, err := tl.GetPage(ctx, src.Page(blk), w.dbMid, w.dbMid)
+			if err != nil || !bytes.Equal(got, tmpl) {
+				t.Errorf("%s block %d differs from the template's (%v)", e.Name(), blk, err)
+			}
+		}
+		forks++
+	}
+	if forks < 100 {
+		t.Errorf("only %d fork files in the FILE_COPY database", forks)
+	}
+	for _, name := range []string{"pg_filenode.map", "PG_VERSION"} {
+		want, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tl.ReadFile(ctx, fmt.Sprintf("base/%d/%s", w.db3, name), last)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s of the FILE_COPY database: %q, %v", name, got, err)
+		}
+	}
 }
 
 // safekeeperSource starts a safekeeper node holding w's WAL (from the page
@@ -532,23 +735,5 @@ func walBytes(t *testing.T, w *walRun) ([]byte, pg.LSN, pg.LSN) {
 // timeline; bytes are WAL bytes.
 func BenchmarkIngestFolder(b *testing.B) {
 	w := genWAL(b)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		tl, _ := newTimeline(b)
-		src, err := wal.OpenDir(w.walDir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		last, err := (&Ingester{TL: tl}).Run(context.Background(), src, w.start)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.SetBytes(int64(last - w.start))
-		b.StopTimer()
-		src.Close()
-		tl.Close()
-		b.StartTimer()
-	}
+	benchIngest(b, w.walDir, w.start)
 }

@@ -127,7 +127,7 @@ func TestLiveComplete(t *testing.T) {
 // pages before it and starts from zeros itself, as Postgres' redo does.
 func TestExtendZeroes(t *testing.T) {
 	tl, _ := newTimeline(t)
-	a := &applier{in: &Ingester{TL: tl}}
+	a := newApplier(&Ingester{TL: tl})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384, Fork: pg.VMFork}
 	rec := ingest.Record{LSN: 0x1000100, Blocks: []ingest.BlockChange{{Page: rel.Page(3), Kind: layer.Delta, Data: []byte("d")}}}
 	ctx := context.Background()
@@ -163,5 +163,54 @@ func TestExtendZeroes(t *testing.T) {
 	}
 	if p, err := tl.GetPage(ctx, rel.Page(1), rec.LSN, rec.LSN); err != nil || !bytes.Equal(p, make([]byte, pg.BlockSize)) {
 		t.Fatalf("gap page: %d bytes, %v", len(p), err)
+	}
+}
+
+// TestFSMTruncate checks the free space map's size after a heap
+// truncation, as FreeSpaceMapPrepareTruncateRel computes it: FSM block 0 is
+// the root, 1 the first middle page, 2 the first leaf (heap blocks
+// 0..4068), 3 the second leaf, and so on.
+func TestFSMTruncate(t *testing.T) {
+	for _, c := range []struct {
+		heap, fsm, want uint32
+		ok              bool
+	}{
+		{heap: 0, fsm: 3, want: 2, ok: true},          // the first leaf goes whole
+		{heap: 10, fsm: 3, want: 3, ok: true},         // the first leaf stays (tail cleared)
+		{heap: 10, fsm: 2, ok: false},                 // the leaf does not exist
+		{heap: 4069, fsm: 4, want: 3, ok: true},       // cut at the second leaf's first slot
+		{heap: 4069, fsm: 3, ok: false},               // already that small
+		{heap: 2*4069 + 5, fsm: 6, want: 5, ok: true}, // third leaf, block 4, kept
+	} {
+		got, ok := fsmBlocksAfterTruncate(c.heap, c.fsm)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("heap %d, FSM %d blocks: %d %v, want %d %v", c.heap, c.fsm, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestXactDroppedRels decodes the relations of a commit record by hand.
+func TestXactDroppedRels(t *testing.T) {
+	main := make([]byte, 8)                                  // xact_time
+	main = binary.LittleEndian.AppendUint32(main, 1<<1|1<<2) // subxacts, relfilenodes
+	main = binary.LittleEndian.AppendUint32(main, 2)         // two subxacts
+	main = binary.LittleEndian.AppendUint32(main, 901)
+	main = binary.LittleEndian.AppendUint32(main, 902)
+	main = binary.LittleEndian.AppendUint32(main, 1) // one relation
+	for _, v := range []uint32{1663, 5, 16400} {
+		main = binary.LittleEndian.AppendUint32(main, v)
+	}
+	r := &wal.Record{RmID: wal.RmXact, Info: 0x80, MainData: main} // COMMIT with xinfo
+	rels, err := xactDroppedRels(r)
+	if err != nil || len(rels) != 1 || rels[0] != (pg.RelTag{Spc: 1663, DB: 5, Rel: 16400}) {
+		t.Fatalf("rels %v, %v", rels, err)
+	}
+	r.MainData = main[:len(main)-4]
+	if _, err := xactDroppedRels(r); err == nil {
+		t.Fatal("truncated record accepted")
+	}
+	r.Info = 0x10 // PREPARE: no drops
+	if rels, err := xactDroppedRels(r); err != nil || rels != nil {
+		t.Fatalf("prepare: %v, %v", rels, err)
 	}
 }
