@@ -84,7 +84,7 @@ chosen in one YAML file (--config, default configs/local.yaml).`,
 		newObjectStoreCmd(a),
 		wal,
 		newSafekeeperCmd(a),
-		newPageserverCmd(),
+		withPageserverBench(newPageserverCmd()),
 		newTimelineCmd(),
 		newBenchCmd(),
 	)
