@@ -3,10 +3,12 @@ package timeline
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
@@ -28,6 +30,7 @@ type handle struct {
 	mu       sync.RWMutex // RLock while reading through r; Lock to open/evict/delete
 	r        *layer.Reader
 	f        *os.File
+	mm       []byte // the file mapped read-only (nil: read with pread)
 	uploaded bool
 	gone     bool
 
@@ -85,12 +88,24 @@ func (h *handle) openLocked(ctx context.Context) error {
 		f.Close()
 		return err
 	}
-	r, err := layer.Open(fileSource{f, st.Size()})
+	// Layer files are immutable: map them, so that a read is a copy, not
+	// a system call (a pread of 8 KiB cost tens of microseconds here).
+	var src layer.Source = fileSource{f, st.Size()}
+	var mm []byte
+	if st.Size() > 0 && st.Size() < 1<<40 {
+		if b, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED); err == nil {
+			mm, src = b, mmapSource(b)
+		}
+	}
+	r, err := layer.Open(src)
 	if err != nil {
+		if mm != nil {
+			_ = syscall.Munmap(mm)
+		}
 		f.Close()
 		return err
 	}
-	h.r, h.f = r, f
+	h.r, h.f, h.mm = r, f, mm
 	return nil
 }
 
@@ -100,6 +115,27 @@ type fileSource struct {
 }
 
 func (f fileSource) Size() int64 { return f.size }
+
+// mmapSource reads a mapped layer file. Reads copy out of the mapping, so
+// no slice of it outlives the handle's read lock (it is unmapped when the
+// layer is closed, evicted or deleted).
+type mmapSource []byte
+
+func (m mmapSource) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= int64(len(m)) {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	n := copy(p, m[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m mmapSource) Size() int64 { return int64(len(m)) }
 
 // versions returns the entries of key k at or below upto in this layer.
 func (h *handle) versions(ctx context.Context, v []cand, k keyAt) ([]cand, error) {
@@ -162,10 +198,13 @@ func (h *handle) close() {
 }
 
 func (h *handle) closeLocked() {
+	if h.mm != nil {
+		_ = syscall.Munmap(h.mm)
+	}
 	if h.f != nil {
 		h.f.Close()
 	}
-	h.r, h.f = nil, nil
+	h.r, h.f, h.mm = nil, nil, nil
 }
 
 // keyAt is a read request inside one timeline.
