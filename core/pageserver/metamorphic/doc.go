@@ -1,0 +1,73 @@
+// Package metamorphic holds strata's metamorphic test of the two page
+// sources (DESIGN.md section 2): one PostgreSQL 15 workload runs once, on a
+// FUSE mount over psbackend (writeback mode: the pageserver timeline holds
+// the pages Postgres wrote), and the same WAL is ingested into a second
+// timeline with the Go redo engine and the pushdown image policy (redo
+// mode: every page rebuilt from WAL). At every checkpoint of the workload
+// the two timelines must hold the same pages once masked as Postgres masks
+// them for wal_consistency_checking, and a stock Postgres started from a
+// basebackup of the redo timeline must answer the workload's queries as
+// the original did.
+//
+// The package has no code of its own besides the comparison helpers; run
+// it with `go test ./core/pageserver/metamorphic/` (about a minute;
+// STRATA_LONG_TESTS=1 runs a larger workload). It needs root (FUSE) and
+// PostgreSQL 15, and skips otherwise.
+package metamorphic
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/stratadb/strata/plugins/redo/postgres"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// PageKind guesses a page's resource manager from its layout: heap pages
+// have no special space, btree pages 16 bytes of it, sequence pages 8.
+// It reports false for all-zero (new) pages and unknown layouts.
+func PageKind(p []byte) (wal.RmgrID, bool) {
+	if len(p) != pg.BlockSize || isNew(p) {
+		return 0, false
+	}
+	switch binary.LittleEndian.Uint16(p[16:]) { // pd_special
+	case pg.BlockSize:
+		return wal.RmHeap, true
+	case pg.BlockSize - 16:
+		return wal.RmBtree, true
+	case pg.BlockSize - 8:
+		return wal.RmSequence, true
+	}
+	return 0, false
+}
+
+// isNew reports an uninitialized page (pd_upper == 0), as PageIsNew does.
+func isNew(p []byte) bool { return binary.LittleEndian.Uint16(p[14:]) == 0 }
+
+// Equal reports whether two versions of a page of the given fork are the
+// same once masked: heap, btree and sequence pages with postgres.Mask;
+// visibility-map pages but for their LSN and checksum; other pages whole.
+// a and b are not modified.
+func Equal(fork pg.ForkNumber, blk uint32, a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if len(a) != len(b) || len(a) != pg.BlockSize {
+		return false
+	}
+	a, b = bytes.Clone(a), bytes.Clone(b)
+	if fork == pg.VMFork {
+		clear(a[:10])
+		clear(b[:10])
+		return bytes.Equal(a, b)
+	}
+	ka, oka := PageKind(a)
+	kb, okb := PageKind(b)
+	if !oka || !okb || ka != kb {
+		return false
+	}
+	postgres.Mask(ka, a, blk)
+	postgres.Mask(kb, b, blk)
+	return bytes.Equal(a, b)
+}
