@@ -32,7 +32,13 @@ import (
 //     that LSN, untarred, plus the safekeepers' WAL from the base's
 //     checkpoint, started as a stock Postgres with recovery_target_lsn,
 //     shows the deleted rows.
-func TestFPIIngestAndBranch(t *testing.T) {
+func TestFPIIngestAndBranch(t *testing.T) { ingestAndBranch(t, "fpi") }
+
+// TestPushdownIngestAndBranch is the same with the pushdown image policy
+// (images materialized by the redo engine after 4 deltas of a page).
+func TestPushdownIngestAndBranch(t *testing.T) { ingestAndBranch(t, "pushdown") }
+
+func ingestAndBranch(t *testing.T, policy string) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
@@ -52,7 +58,8 @@ func TestFPIIngestAndBranch(t *testing.T) {
 
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	cfg.ImagePolicy = "fpi"
+	cfg.ImagePolicy = policy
+	cfg.PushdownDeltas = 4
 	cfg.GCHorizon = 1 << 40
 	cfg.CheckpointDistance = 2 << 20 // several flushes during the run
 	cfg.LayerTargetSize = 1 << 20
@@ -105,7 +112,7 @@ func TestFPIIngestAndBranch(t *testing.T) {
 
 	// 1. Pages equal Postgres' own, masked.
 	n := comparePages(t, h.c, tlID, srv.DataDir, rels, client.LatestLSN, 1)
-	t.Logf("fpi: %d pages equal Postgres' data files (masked)", n)
+	t.Logf("%s: %d pages equal Postgres' data files (masked)", policy, n)
 	if t.Failed() {
 		t.FailNow()
 	}
