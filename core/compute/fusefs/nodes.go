@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,9 +23,17 @@ import (
 // is stored in the Backend (or the local store for KindLocal folders).
 type dirNode struct {
 	fs.Inode
-	fsys *FS
-	path string // fixed: folders are not renamed (EXDEV)
-	mode atomic.Uint32
+	fsys   *FS
+	pathMu sync.RWMutex
+	path   string // changes only by a rename of the folder (renameDir)
+	mode   atomic.Uint32
+}
+
+// getPath returns the folder's path relative to PGDATA.
+func (d *dirNode) getPath() string {
+	d.pathMu.RLock()
+	defer d.pathMu.RUnlock()
+	return d.path
 }
 
 var (
@@ -40,7 +49,7 @@ var (
 )
 
 func (d *dirNode) perm() uint32 {
-	if d.path == "" {
+	if d.getPath() == "" {
 		return d.fsys.rootMode.Load()
 	}
 	if m := d.mode.Load(); m != 0 {
@@ -58,7 +67,7 @@ func (d *dirNode) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut)
 func (d *dirNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if m, ok := in.GetMode(); ok {
 		// Postgres wants PGDATA at 0700 or 0750; keep the bits in memory.
-		if d.path == "" {
+		if d.getPath() == "" {
 			d.fsys.rootMode.Store(m & 0o7777)
 		} else {
 			d.mode.Store(m & 0o7777)
@@ -81,7 +90,7 @@ func (d *dirNode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	f := d.fsys
-	p := join(d.path, name)
+	p := join(d.getPath(), name)
 	if ch := d.GetChild(name); ch != nil {
 		if flags&syscall.O_EXCL != 0 {
 			return nil, nil, 0, syscall.EEXIST
@@ -138,7 +147,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 
 func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	f := d.fsys
-	p := join(d.path, name)
+	p := join(d.getPath(), name)
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
@@ -201,16 +210,19 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if len(ch.Children()) > 0 {
 		return syscall.ENOTEMPTY
 	}
-	store := f.storeFor(relpath.Classify(n.path))
-	if err := store.Remove(ctx, n.path, f.wal.Current()); err != nil {
-		return f.fail("rmdir", n.path, err)
+	np := n.getPath()
+	store := f.storeFor(relpath.Classify(np))
+	if err := store.Remove(ctx, np, f.wal.Current()); err != nil {
+		return f.fail("rmdir", np, err)
 	}
 	return 0
 }
 
-// Rename moves ordinary files (Postgres' write-temp-then-rename pattern).
-// Relation files and folders answer EXDEV, as across filesystems: Postgres
-// never renames them, and mv falls back to copy and delete.
+// Rename moves ordinary files (Postgres' write-temp-then-rename pattern)
+// and folders that hold only ordinary files (a replication slot is created
+// as pg_replslot/<name>.tmp and renamed). Relation files and other folders
+// answer EXDEV, as across filesystems: Postgres never renames them, and mv
+// falls back to copy and delete.
 func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	f := d.fsys
 	if flags&^uint32(renameNoReplace) != 0 {
@@ -224,11 +236,14 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	if !ok {
 		return syscall.EXDEV
 	}
+	if sd, ok := ch.Operations().(*dirNode); ok {
+		return d.renameDir(ctx, sd, nd, newName, flags)
+	}
 	src, ok := ch.Operations().(*fileNode)
 	if !ok {
 		return syscall.EXDEV
 	}
-	to := join(nd.path, newName)
+	to := join(nd.getPath(), newName)
 	if old := nd.GetChild(newName); old != nil {
 		if flags&renameNoReplace != 0 {
 			return syscall.EEXIST
@@ -265,6 +280,75 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 		return f.fail("rename", src.path, err)
 	}
 	src.path, src.store, src.kind = to, dst, k
+	return 0
+}
+
+// renameDir moves folder sd (holding only ordinary files) to
+// nd/newName: the new folder is created, each file renamed into it, and the
+// old folder removed, all at the current W. It is not atomic in storage: a
+// crash in between leaves both folders, the files in one of them (Postgres
+// removes a leftover <slot>.tmp folder at start). A target that exists must
+// be an empty folder (replaced unless RENAME_NOREPLACE).
+func (d *dirNode) renameDir(ctx context.Context, sd, nd *dirNode, newName string, flags uint32) syscall.Errno {
+	f := d.fsys
+	from := sd.getPath()
+	to := join(nd.getPath(), newName)
+	if from == "" || from == "pg_wal" || strings.HasPrefix(to+"/", from+"/") {
+		return syscall.EINVAL
+	}
+	k := relpath.Classify(to)
+	store := f.storeFor(k)
+	if k == relpath.KindRel || k == relpath.KindWAL || store != f.storeFor(relpath.Classify(from)) {
+		return syscall.EXDEV
+	}
+	var files []*fileNode
+	for _, c := range sd.Children() {
+		fn, ok := c.Operations().(*fileNode)
+		if !ok {
+			return syscall.EXDEV // subfolders and relation files stay put
+		}
+		files = append(files, fn)
+	}
+	w := f.wal.Current()
+	if old := nd.GetChild(newName); old != nil {
+		od, ok := old.Operations().(*dirNode)
+		switch {
+		case flags&renameNoReplace != 0:
+			return syscall.EEXIST
+		case !ok:
+			return syscall.ENOTDIR
+		case len(old.Children()) > 0:
+			return syscall.ENOTEMPTY
+		}
+		if err := store.Remove(ctx, od.getPath(), w); err != nil {
+			return f.fail("rename", to, err)
+		}
+	}
+	mode := sd.perm()
+	if err := store.Mkdir(ctx, to, mode, w); err != nil {
+		return f.fail("rename", to, err)
+	}
+	for _, fn := range files {
+		fn.mu.Lock()
+		dst := join(to, baseOf(fn.path))
+		var err error
+		if !fn.removed {
+			err = fn.store.Rename(ctx, fn.path, dst, w)
+		}
+		if err == nil {
+			fn.path = dst
+		}
+		fn.mu.Unlock()
+		if err != nil {
+			return f.fail("rename", from, err)
+		}
+	}
+	if err := store.Remove(ctx, from, w); err != nil {
+		return f.fail("rename", from, err)
+	}
+	sd.pathMu.Lock()
+	sd.path = to
+	sd.pathMu.Unlock()
 	return 0
 }
 

@@ -107,3 +107,57 @@ func TestSendOnlySync(t *testing.T) {
 		t.Fatalf("sends %d, syncs %d", be.sends.Load(), be.syncs.Load())
 	}
 }
+
+// TestRenameFolder: a folder holding files is renamed as Postgres renames a
+// new replication slot (pg_replslot/<name>.tmp to pg_replslot/<name>); the
+// files move with it, in storage too (a remount sees them), and folders
+// that hold subfolders answer EXDEV.
+func TestRenameFolder(t *testing.T) {
+	e := newEnv(t)
+	be := NewMemory()
+	e.mount(t, be, nil)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(filepath.Join(e.mnt, "pg_replslot"), 0o700))
+	tmp := filepath.Join(e.mnt, "pg_replslot", "strata_sk1.tmp")
+	must(os.Mkdir(tmp, 0o700))
+	must(os.WriteFile(filepath.Join(tmp, "state.tmp"), []byte("slot state"), 0o600))
+	must(os.Rename(filepath.Join(tmp, "state.tmp"), filepath.Join(tmp, "state")))
+	final := filepath.Join(e.mnt, "pg_replslot", "strata_sk1")
+	must(os.Rename(tmp, final))
+	if b, err := os.ReadFile(filepath.Join(final, "state")); err != nil || string(b) != "slot state" {
+		t.Fatalf("after rename: %q %v", b, err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("old folder still there: %v", err)
+	}
+	// A file created in the renamed folder lands under its new path.
+	must(os.WriteFile(filepath.Join(final, "extra"), []byte("x"), 0o600))
+	if _, err := be.ReadFile(context.Background(), "pg_replslot/strata_sk1/extra", 0, make([]byte, 1)); err != nil {
+		t.Fatalf("new file in the renamed folder: %v", err)
+	}
+	// Renaming over a folder with files fails.
+	must(os.Mkdir(filepath.Join(e.mnt, "pg_replslot", "other"), 0o700))
+	if err := os.Rename(filepath.Join(e.mnt, "pg_replslot", "other"), final); err == nil {
+		t.Fatal("rename over a folder with files succeeded")
+	}
+	// A folder with a subfolder is not renamed.
+	must(os.MkdirAll(filepath.Join(e.mnt, "nest", "sub"), 0o700))
+	if err := os.Rename(filepath.Join(e.mnt, "nest"), filepath.Join(e.mnt, "nest2")); err == nil {
+		t.Fatal("rename of a folder with a subfolder succeeded")
+	}
+	// Storage holds the new layout: a second mount sees it.
+	e2 := &mountEnv{root: e.root, mnt: filepath.Join(e.root, "data2"), scratch: e.scratch, uid: e.uid, gid: e.gid}
+	must(os.Mkdir(e2.mnt, 0o700))
+	e2.mount(t, be, nil)
+	if b, err := os.ReadFile(filepath.Join(e2.mnt, "pg_replslot", "strata_sk1", "state")); err != nil || string(b) != "slot state" {
+		t.Fatalf("second mount: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(e2.mnt, "pg_replslot", "strata_sk1.tmp")); !os.IsNotExist(err) {
+		t.Fatalf("second mount has the old folder: %v", err)
+	}
+}
