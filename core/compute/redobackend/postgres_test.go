@@ -1,0 +1,443 @@
+package redobackend_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/core/compute/redobackend"
+	"github.com/stratadb/strata/core/pageserver"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/server"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/core/pageserver/walingest"
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/plugins/redo/postgres"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// harness runs a pageserver with its gRPC server on a free loopback port.
+type harness struct {
+	ps *pageserver.Pageserver
+	g  *grpc.Server
+	c  *client.Client
+}
+
+func start(t *testing.T) *harness {
+	t.Helper()
+	cfg := pageserver.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.WaitLSNTimeout = 5 * time.Second
+	reg := prometheus.NewRegistry()
+	ps, err := pageserver.New(context.Background(), cfg, pageserver.Deps{Log: zerolog.Nop(), Registry: reg, Store: objectstore.NewMemory()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
+	server.New(ps, zerolog.Nop(), reg).Register(g)
+	go g.Serve(lis)
+	c, err := client.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{ps: ps, g: g, c: c}
+	t.Cleanup(func() {
+		c.Close()
+		g.Stop()
+		ps.Close()
+	})
+	return h
+}
+
+// mountRedo mounts PGDATA over a redobackend: relation pages in its local
+// store (reads of other pages from rd), files through psbackend on the
+// pageserver timeline files, whose commit LSN a goroutine advances to the
+// WAL written (standing in for the safekeepers). The returned function
+// unmounts.
+func mountRedo(t *testing.T, h *harness, files pg.TimelineID, rd *timeline.Timeline, mnt, scratch string, uid, gid uint32, walStart pg.LSN, maxPages int) (*fusefs.FS, *redobackend.Backend, func()) {
+	t.Helper()
+	ctx := context.Background()
+	fb, err := psbackend.Open(ctx, h.c, files, psbackend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := redobackend.Open(ctx, redobackend.Options{Pages: redobackend.TimelinePages(rd), Files: fb, MaxPages: maxPages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fusefs.Mount(ctx, mnt, fusefs.Options{
+		Backend: be, WALScratch: scratch, UID: uid, GID: gid, WALStart: walStart,
+		Log: zerolog.New(os.Stderr).Level(zerolog.WarnLevel),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopc := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var last pg.LSN
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopc:
+				return
+			case <-tick.C:
+			}
+			if w := f.WAL().Current(); w > last {
+				if err := h.c.AdvanceCommitLSN(context.Background(), files, w); err != nil {
+					t.Errorf("advance commit LSN: %v", err)
+					return
+				}
+				last = w
+			}
+		}
+	}()
+	var once sync.Once
+	done := func() {
+		once.Do(func() {
+			close(stopc)
+			wg.Wait()
+			if err := f.Unmount(); err != nil {
+				t.Errorf("unmount: %v", err)
+			}
+			fusefs.MountpointCleanup(mnt)
+			if err := fb.Close(); err != nil {
+				t.Errorf("close files backend: %v", err)
+			}
+		})
+	}
+	t.Cleanup(done)
+	return f, be, done
+}
+
+// pgProc is a postmaster started by the test.
+type pgProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	port int
+	log  string
+	done chan error
+}
+
+func startPG(t *testing.T, pgdata, dir string) *pgProc {
+	t.Helper()
+	port := pgtest.FreePort(t)
+	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	p := &pgProc{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(p.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		c, err := pgx.Connect(ctx, p.url())
+		if err == nil {
+			c.Close(ctx)
+			return p
+		}
+		select {
+		case err := <-p.done:
+			p.cmd = nil
+			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
+		default:
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *pgProc) url() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+}
+
+func (p *pgProc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+func (p *pgProc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+func (p *pgProc) run(name string, args ...string) string {
+	p.t.Helper()
+	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
+	}
+	return string(out)
+}
+
+func (p *pgProc) exec(sql string) {
+	p.t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, p.url())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, sql); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (p *pgProc) query(sql string) string {
+	p.t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, p.url())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var v string
+	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
+		p.t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+func lsnOf(t *testing.T, s string) pg.LSN {
+	t.Helper()
+	l, err := pg.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func controlCheckpoint(t *testing.T, dir string) pg.LSN {
+	t.Helper()
+	cmd, err := pgtest.Command("pg_controldata", "-D", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_controldata: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "Latest checkpoint location" {
+			return lsnOf(t, strings.TrimSpace(v))
+		}
+	}
+	t.Fatalf("no checkpoint location in\n%s", out)
+	return 0
+}
+
+const checkSQL = `SELECT concat_ws(' ',
+	(SELECT count(*) FROM pgbench_accounts), (SELECT sum(abalance) FROM pgbench_accounts),
+	(SELECT sum(bbalance) FROM pgbench_branches), (SELECT count(*) FROM pgbench_history),
+	(SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM r_t))`
+
+// TestPostgresInRedoMode: initdb, pgbench and DDL run on a FUSE mount over
+// redobackend, whose relation pages never leave the compute (a small local
+// store, so pages are evicted and read back from the pageserver); the
+// pageserver's redo timeline holds initdb's output (imported once) and is
+// fed the compute's WAL (ingested from the compute's pg_wal while
+// Postgres runs). Then a fresh compute (new mount, new Backend, empty
+// store) starts on the same storage and sees the same data, pg_amcheck
+// clean.
+func TestPostgresInRedoMode(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	h := start(t)
+	files := pg.TimelineID{0x4E, 1}
+	if _, err := h.c.CreateTimeline(ctx, files); err != nil {
+		t.Fatal(err)
+	}
+	commit := &timeline.CommitLSN{}
+	commit.Set(timeline.LatestLSN - 1)
+	rd, err := timeline.Open(ctx, pg.TimelineID{0x4E, 2}, t.TempDir(), timeline.Options{WaitLSNTimeout: 20 * time.Second}, timeline.Deps{
+		Log: zerolog.Nop(), Commit: commit, Policy: timeline.PushdownPolicy{N: 3},
+		Redo: walingest.Redo{Engine: postgres.NewEngine(postgres.Options{})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+
+	root := pgtest.MkdirOwned(t, "strata-redobackend-")
+	mnt, scratch := filepath.Join(root, "data"), filepath.Join(root, "walscratch")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Chown(mnt); err != nil {
+		t.Fatal(err)
+	}
+	var uid, gid uint32
+	if cred, err := pgtest.Credential(); err != nil {
+		t.Fatal(err)
+	} else if cred != nil {
+		uid, gid = cred.Uid, cred.Gid
+	}
+	fsys, be, unmount := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, 0, 0)
+	cmd, err := pgtest.Command("initdb", "-D", mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("shared_buffers = 16MB\nfsync = on\nlog_min_messages = warning\nfull_page_writes = off\nwal_log_hints = on\n" +
+		"wal_level = replica\nwal_keep_size = '1GB'\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	base := controlCheckpoint(t, mnt)
+	// The redo timeline's base: initdb's output, read through the mount
+	// (its relation pages come from the compute's local store).
+	if err := pageserver.ImportDataDir(ctx, rd, mnt, base); err != nil {
+		t.Fatal(err)
+	}
+	if s := be.Stats(); s.Pages == 0 {
+		t.Fatalf("initdb left no page in the local store: %+v", s)
+	}
+	unmount()
+
+	// The compute again, now with a small store: evicted pages come back
+	// from the redo timeline, which a goroutine feeds with the WAL.
+	fsys, be, unmount = mountRedo(t, h, files, rd, mnt, scratch, uid, gid, base, 300)
+	ingestCtx, stopIngest := context.WithCancel(ctx)
+	ingestDone := make(chan error, 1)
+	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, base) }()
+	p := startPG(t, mnt, root)
+	p.run("pgbench", "-i", "-s", "2", "-q", "postgres")
+	p.run("pgbench", "-c", "2", "-j", "2", "-t", "300", "postgres")
+	p.exec(`CREATE TABLE r_t (id int PRIMARY KEY, v text);
+		INSERT INTO r_t SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
+		CREATE INDEX ON r_t (v);
+		UPDATE r_t SET v = 'u' || id WHERE id % 3 = 0;
+		DELETE FROM r_t WHERE id % 11 = 0`)
+	p.exec("VACUUM r_t")
+	p.exec("CHECKPOINT")
+	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	want := p.query(checkSQL)
+	s := be.Stats()
+	t.Logf("first compute: %s; local store %+v", want, s)
+	if s.Evicted == 0 {
+		t.Fatal("no page was evicted from the local store: the pageserver path was not exercised")
+	}
+	p.stop()
+	w := fsys.WAL().Current()
+	unmount()
+	stopIngest()
+	<-ingestDone
+	// Whatever the follower had not reached: ingest to the end of the WAL.
+	if _, err := (&walingest.Ingester{TL: rd, BatchSize: 3}).Run(ctx, mustDir(t, scratch), rd.LSNs().LastRecord); err != nil {
+		t.Fatal(err)
+	}
+	last := rd.LSNs().LastRecord
+	if last < w {
+		t.Fatalf("redo timeline at %s, below the compute's W %s", last, w)
+	}
+	t.Logf("redo timeline ingested to %s; compute W %s", last, w)
+
+	// A fresh compute: empty store, pages from WAL only.
+	_, be2, unmount2 := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, last, 0)
+	p2 := startPG(t, mnt, root)
+	if got := p2.query(checkSQL); got != want {
+		t.Fatalf("fresh compute: %s, want %s", got, want)
+	}
+	p2.run("pg_amcheck", "--all", "--heapallindexed")
+	p2.stop()
+	t.Logf("fresh compute: same data; local store %+v", be2.Stats())
+	unmount2()
+}
+
+func mustDir(t *testing.T, dir string) wal.Source {
+	t.Helper()
+	src, err := wal.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// followWAL ingests the WAL Postgres writes into scratch, every 20 ms from
+// where the timeline's applied WAL ends, until ctx ends. A pass stops at
+// the end of the complete records it finds (or at a page being written,
+// which the next pass reads again).
+func followWAL(ctx context.Context, tl *timeline.Timeline, scratch string, from pg.LSN) error {
+	for ctx.Err() == nil {
+		next := max(from, tl.LSNs().LastRecord)
+		if src, err := wal.OpenDir(scratch); err == nil {
+			_, _ = (&walingest.Ingester{TL: tl, BatchSize: 3}).Run(ctx, src, next)
+			src.Close()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return ctx.Err()
+}
