@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/stratadb/strata/plugins/cache/lfc"
+	"github.com/stratadb/strata/plugins/cache/sharedbuffers"
 	"github.com/stratadb/strata/plugins/objectstore/azure"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/plugins/objectstore/gcs"
@@ -32,7 +34,41 @@ type Config struct {
 	Cluster     Cluster     `mapstructure:"cluster"`
 	Log         Log         `mapstructure:"log"`
 	ObjectStore ObjectStore `mapstructure:"objectstore"`
+	Storage     Storage     `mapstructure:"storage"`
 	Compute     Compute     `mapstructure:"compute"`
+}
+
+// Page sources (storage.page_source).
+const (
+	// PageSourceWriteback: Postgres' own page writes travel through FUSE
+	// to the pageserver (DESIGN.md section 2).
+	PageSourceWriteback = "writeback"
+	// PageSourceRedo: the pageserver rebuilds pages from WAL.
+	PageSourceRedo = "redo"
+)
+
+// Storage selects how the pageserver obtains page versions.
+type Storage struct {
+	// PageSource is writeback (default) or redo.
+	PageSource string `mapstructure:"page_source"`
+	// ImagePolicy is the pageserver's image policy: writeback (default),
+	// fpi or pushdown.
+	ImagePolicy string `mapstructure:"image_policy"`
+}
+
+// Validate checks the storage section.
+func (s *Storage) Validate() error {
+	switch s.PageSource {
+	case PageSourceWriteback, PageSourceRedo:
+	default:
+		return fmt.Errorf("storage.page_source: %q: want writeback or redo", s.PageSource)
+	}
+	switch s.ImagePolicy {
+	case "writeback", "fpi", "pushdown":
+	default:
+		return fmt.Errorf("storage.image_policy: %q: want writeback, fpi or pushdown", s.ImagePolicy)
+	}
+	return nil
 }
 
 // Cluster holds settings shared by every process of one cluster.
@@ -50,8 +86,21 @@ type Cluster struct {
 	// take the next ones (default 7676).
 	SafekeeperPort int `mapstructure:"safekeeper_port"`
 	// MetricsPort is the first of the /metrics ports of the processes
-	// `strata up` starts (default 9676; 0 turns them off).
+	// `strata up` starts (default 9676; 0 turns them off): the
+	// safekeepers', then the pageserver's, then the compute agent's.
 	MetricsPort int `mapstructure:"metrics_port"`
+	// PageserverPort is the pageserver's gRPC port (default 0: the port
+	// after the safekeepers', safekeeper_port + safekeepers).
+	PageserverPort int `mapstructure:"pageserver_port"`
+}
+
+// PageserverGRPCPort returns the pageserver's port (PageserverPort, or the
+// one after the safekeepers').
+func (c Cluster) PageserverGRPCPort() int {
+	if c.PageserverPort > 0 {
+		return c.PageserverPort
+	}
+	return c.SafekeeperPort + c.Safekeepers
 }
 
 // Compute is the Postgres that strata runs.
@@ -65,11 +114,83 @@ type Compute struct {
 	PGBinDir string `mapstructure:"pg_bin_dir"`
 	// FullPageWrites sets full_page_writes (default true).
 	FullPageWrites bool `mapstructure:"full_page_writes"`
-	// SharedBuffers sets shared_buffers, in Postgres' units ("128MB").
+	// SharedBuffers, when set, overrides the shared_buffers that the memory
+	// plan computes, in Postgres' units ("128MB"); an A/B of cache
+	// strategies should leave it empty.
 	SharedBuffers string `mapstructure:"shared_buffers"`
+	// MemoryBudget is the compute's memory ("1GB", "512MiB" or bytes),
+	// split between shared_buffers and the LFC by Cache.Strategy.
+	MemoryBudget string `mapstructure:"memory_budget"`
+	// Cache selects the cache strategy and configures the tiers.
+	Cache ComputeCache `mapstructure:"cache"`
 	// Settings are extra postgresql.conf settings, written as given
 	// (quote strings yourself: "'on'" is not needed for on).
 	Settings map[string]string `mapstructure:"settings"`
+}
+
+// ComputeCache is compute.cache.
+type ComputeCache struct {
+	// Strategy is lfc (a small shared_buffers in front of the local file
+	// cache) or shared-buffers (no LFC, Postgres' buffer pool gets the
+	// share of the memory budget).
+	Strategy      string               `mapstructure:"strategy"`
+	LFC           lfc.Config           `mapstructure:"lfc"`
+	SharedBuffers sharedbuffers.Config `mapstructure:"shared_buffers"`
+}
+
+// MemoryBudgetBytes parses Compute.MemoryBudget.
+func (c Compute) MemoryBudgetBytes() (int64, error) { return ParseBytes(c.MemoryBudget) }
+
+// ParseBytes parses a size: a number of bytes, or a number with a unit
+// kB/KB/KiB, MB/MiB, GB/GiB, TB/TiB (powers of 1024, as Postgres reads them).
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	var f float64
+	if _, err := fmt.Sscanf(num, "%g", &f); err != nil || num == "" {
+		return 0, fmt.Errorf("%q: not a size (want e.g. 512MB or 1GiB)", s)
+	}
+	mult := map[string]float64{"": 1, "b": 1, "kb": 1 << 10, "kib": 1 << 10, "k": 1 << 10,
+		"mb": 1 << 20, "mib": 1 << 20, "m": 1 << 20, "gb": 1 << 30, "gib": 1 << 30, "g": 1 << 30,
+		"tb": 1 << 40, "tib": 1 << 40, "t": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("%q: unknown unit %q (want kB, MB, GB or TB)", s, unit)
+	}
+	return int64(f * mult), nil
+}
+
+// Validate checks the compute's memory budget and cache tiers.
+func (c Compute) Validate() error {
+	var errs []error
+	budget, err := c.MemoryBudgetBytes()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("compute.memory_budget: %v", err))
+	}
+	switch c.Cache.Strategy {
+	case sharedbuffers.StrategyLFC, sharedbuffers.StrategySharedBuffers:
+	default:
+		errs = append(errs, fmt.Errorf("compute.cache.strategy: %q: want lfc or shared-buffers", c.Cache.Strategy))
+	}
+	if err := c.Cache.SharedBuffers.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("compute.cache.%v", err))
+	}
+	l := c.Cache.LFC
+	if l.Tier == lfc.TierDisk && l.Path == "" {
+		l.Path = "scratch" // the agent puts the file in its scratch folder
+	}
+	if err := l.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("compute.cache.%v", err))
+	}
+	if len(errs) == 0 {
+		if _, err := (sharedbuffers.Planner{}).Plan(budget, c.Cache.Strategy, c.Cache.SharedBuffers); err != nil {
+			errs = append(errs, fmt.Errorf("compute.memory_budget: %v", err))
+		}
+	}
+	return joinErrs(errs)
 }
 
 // Log selects the level and format of every process's log.
@@ -130,9 +251,15 @@ func Default() Config {
 			OSUser:         "postgres",
 			PGBinDir:       "/usr/lib/postgresql/15/bin",
 			FullPageWrites: true,
-			SharedBuffers:  "128MB",
+			MemoryBudget:   "512MB",
+			Cache: ComputeCache{
+				Strategy:      sharedbuffers.StrategyLFC,
+				LFC:           lfc.DefaultConfig(),
+				SharedBuffers: sharedbuffers.DefaultConfig(),
+			},
 		},
-		Log: Log{Level: "info", Format: "auto"},
+		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback"},
+		Log:     Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",
 			Mode: ModeBuiltin,
@@ -178,7 +305,7 @@ func (c *Config) Validate() error {
 	} else if c.Cluster.Safekeepers >= 2 && 2*c.Cluster.Quorum <= c.Cluster.Safekeepers {
 		errs = append(errs, fmt.Errorf("cluster.quorum: %d of %d is not a majority: two computes could each commit on a different minority", c.Cluster.Quorum, c.Cluster.Safekeepers))
 	}
-	for key, p := range map[string]int{"cluster.safekeeper_port": c.Cluster.SafekeeperPort, "compute.port": c.Compute.Port} {
+	for key, p := range map[string]int{"cluster.safekeeper_port": c.Cluster.SafekeeperPort, "compute.port": c.Compute.Port, "cluster.pageserver_port": c.Cluster.PageserverGRPCPort()} {
 		if p < 1 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s: %d: want 1 to 65535", key, p))
 		}
@@ -203,6 +330,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("log.format: %q: want auto, json or console", c.Log.Format))
 	}
 	if err := c.ObjectStore.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Storage.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Compute.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return joinErrs(errs)

@@ -89,6 +89,14 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"unknown builtin", "objectstore:\n  type: ftp\n", nil, []string{"objectstore.type", "ftp"}},
 		{"bad yaml", "objectstore: [\n", nil, []string{"not valid YAML"}},
 		{"bad env value", "", []string{"STRATA_LOG_LEVEL=loud"}, []string{"log.level", "loud"}},
+		{"bad strategy", "compute:\n  cache:\n    strategy: l2arc\n", nil, []string{"compute.cache.strategy", "l2arc"}},
+		{"bad budget", "compute:\n  memory_budget: lots\n", nil, []string{"compute.memory_budget", "lots"}},
+		{"budget too small", "compute:\n  memory_budget: 1MB\n", nil, []string{"compute.memory_budget", "too small"}},
+		{"bad partitions", "compute:\n  cache:\n    lfc:\n      partitions: 0\n", nil, []string{"compute.cache.lfc.partitions"}},
+		{"unknown lfc key", "compute:\n  cache:\n    lfc:\n      partitons: 4\n", nil, []string{"unknown key compute.cache.lfc.partitons", "did you mean compute.cache.lfc.partitions"}},
+		{"bad page source", "storage:\n  page_source: magic\n", nil, []string{"storage.page_source", "magic"}},
+		{"bad image policy", "storage:\n  image_policy: sometimes\n", nil, []string{"storage.image_policy", "sometimes"}},
+		{"bad pageserver port", "cluster:\n  pageserver_port: 70000\n", nil, []string{"cluster.pageserver_port", "70000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.yaml)
@@ -130,5 +138,36 @@ func TestSchemaKeysDuration(t *testing.T) {
 	known, free := schemaKeys(reflectTypeOf[outer](), "")
 	if !known["in.every"] || !known["free"] || len(free) != 1 || free[0] != "free." {
 		t.Fatalf("known=%v free=%v", known, free)
+	}
+}
+
+func TestComputeAndStorage(t *testing.T) {
+	p := writeFile(t, "cluster:\n  safekeeper_port: 8000\nstorage:\n  page_source: redo\n  image_policy: pushdown\ncompute:\n  memory_budget: 1GiB\n  cache:\n    strategy: shared-buffers\n    lfc:\n      partitions: 1\n")
+	cfg, err := LoadEnv(p, []string{"STRATA_COMPUTE_MEMORY_BUDGET=2GB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cfg.Compute.MemoryBudgetBytes(); err != nil || b != 2<<30 {
+		t.Fatalf("memory budget %d, %v", b, err)
+	}
+	if cfg.Compute.Cache.Strategy != "shared-buffers" || cfg.Compute.Cache.LFC.Partitions != 1 || cfg.Compute.Cache.LFC.Policy != "s3fifo" {
+		t.Fatalf("cache: %+v", cfg.Compute.Cache)
+	}
+	// redo is a valid choice in the file; the compute refuses it until it exists.
+	if cfg.Storage.PageSource != PageSourceRedo || cfg.Storage.ImagePolicy != "pushdown" {
+		t.Fatalf("storage: %+v", cfg.Storage)
+	}
+	if got := cfg.Cluster.PageserverGRPCPort(); got != 8003 {
+		t.Fatalf("pageserver port %d, want 8003 (after the three safekeepers)", got)
+	}
+	for in, want := range map[string]int64{"512MB": 512 << 20, "1GiB": 1 << 30, "4096": 4096, "1.5GB": 3 << 29, "64kB": 64 << 10} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "MB", "12 parsecs", "-"} {
+		if _, err := ParseBytes(bad); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", bad)
+		}
 	}
 }

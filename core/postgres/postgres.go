@@ -46,7 +46,14 @@ type Server struct {
 	// SocketDir is where the Unix socket goes (default: "sock" beside
 	// DataDir, created and given to the OS user).
 	SocketDir string
-	Log       zerolog.Logger
+	// LogPath is the server log (default: postgres.log beside DataDir).
+	LogPath string
+	// NoSync runs initdb with --no-sync: nothing is fsynced (on a strata
+	// FUSE data directory the pages become durable once the safekeepers'
+	// commit LSN passes their WAL position, and an fsync would wait for
+	// safekeepers that cannot stream before Postgres runs).
+	NoSync bool
+	Log    zerolog.Logger
 }
 
 func (s *Server) bin(name string) string {
@@ -81,6 +88,17 @@ func (s *Server) credential() (*syscall.Credential, error) {
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// Command builds an invocation of the PostgreSQL program name (from
+// BinDir) that runs as the OS user when strata runs as root, in its own
+// session.
+func (s *Server) Command(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+	return s.command(ctx, name, args...)
+}
+
+// Credential returns the OS user's uid and gid when strata runs as root,
+// nil otherwise.
+func (s *Server) Credential() (*syscall.Credential, error) { return s.credential() }
 
 // command builds a PostgreSQL program invocation as the OS user.
 func (s *Server) command(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
@@ -143,7 +161,7 @@ func (s *Server) InitDB(ctx context.Context, password string) error {
 	if err := s.checkReachable(s.DataDir); err != nil {
 		return err
 	}
-	parent := filepath.Dir(s.DataDir)
+	parent := filepath.Dir(s.LogFile())
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
@@ -161,8 +179,12 @@ func (s *Server) InitDB(ctx context.Context, password string) error {
 	if err := s.Chown(s.DataDir); err != nil {
 		return err
 	}
-	cmd, err := s.command(ctx, "initdb", "-D", s.DataDir, "-U", "postgres", "--pwfile", pw,
-		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
+	args := []string{"-D", s.DataDir, "-U", "postgres", "--pwfile", pw,
+		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"}
+	if s.NoSync {
+		args = append(args, "--no-sync")
+	}
+	cmd, err := s.command(ctx, "initdb", args...)
 	if err != nil {
 		return err
 	}
@@ -227,7 +249,15 @@ func (s *Server) Configure(settings map[string]string) error {
 }
 
 // LogFile is where the server's log goes.
-func (s *Server) LogFile() string { return filepath.Join(filepath.Dir(s.DataDir), "postgres.log") }
+func (s *Server) LogFile() string {
+	if s.LogPath != "" {
+		return s.LogPath
+	}
+	return filepath.Join(filepath.Dir(s.DataDir), "postgres.log")
+}
+
+// Tail returns the last n bytes of the server log.
+func (s *Server) Tail(n int) string { return tail(s.LogFile(), n) }
 
 // Start starts the server in the background (it survives this process) and
 // waits until it accepts connections, crash recovery included, or ctx ends.

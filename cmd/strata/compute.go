@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratadb/strata/core/compute/agent"
+	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/core/metrics"
+	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Environment variables that carry the compute's secrets (never argv,
+// which every user can read in /proc).
+const (
+	envComputePassword     = "STRATA_COMPUTE_PASSWORD"
+	envComputeReplPassword = "STRATA_COMPUTE_REPL_PASSWORD"
+)
+
+// newComputeCmd returns `strata compute`: the compute agent, and `strata
+// compute waits`, its wait report.
+func newComputeCmd(a *app) *cobra.Command {
+	var (
+		pageserver, timeline, mountpoint, scratch, computeID, metricsAddr, replUser string
+		safekeepers                                                                 []string
+		port                                                                        int
+		feedCommit, noArchive, debug                                                bool
+		readyFile                                                                   string
+	)
+	cmd := &cobra.Command{
+		Use:   "compute",
+		Short: "Run PostgreSQL 15 on the strata FUSE data directory (the compute agent)",
+		Long: `Run the compute agent: it wins a safekeeper election, mounts PGDATA as a FUSE
+filesystem served by the pageserver timeline (with the cache tiers of
+compute.cache), refills local pg_wal from the safekeepers, and starts Postgres
+as compute.os_user; on an empty timeline it runs initdb into the mount first.
+It restarts Postgres from storage whenever it exits, and on SIGINT/SIGTERM
+stops it (fast shutdown), waits until every write is durable and unmounts.
+
+Secrets come from the environment: STRATA_COMPUTE_PASSWORD (the postgres
+superuser's password, set by initdb) and STRATA_COMPUTE_REPL_PASSWORD (the
+safekeepers' replication role, created or updated at every start).`,
+		Example: `  STRATA_COMPUTE_PASSWORD=secret strata compute --pageserver 127.0.0.1:7679 \
+    --timeline 0123456789abcdef0123456789abcdef \
+    --safekeepers 127.0.0.1:7676,127.0.0.1:7677,127.0.0.1:7678 \
+    --mountpoint /var/lib/strata/pgdata --scratch /var/lib/strata/scratch --port 55432`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			full, err := a.load()
+			if err != nil {
+				return err
+			}
+			log, err := a.logger(full, "compute")
+			if err != nil {
+				return err
+			}
+			if full.Storage.PageSource != config.PageSourceWriteback {
+				return fmt.Errorf("compute: storage.page_source %q is not available yet: only writeback runs a compute today", full.Storage.PageSource)
+			}
+			tl, err := pg.ParseTimelineID(timeline)
+			if err != nil {
+				return fmt.Errorf("compute: --timeline: %w", err)
+			}
+			budget, err := full.Compute.MemoryBudgetBytes()
+			if err != nil {
+				return err
+			}
+			if port == 0 {
+				port = full.Compute.Port
+			}
+			settings := map[string]string{}
+			if full.Compute.SharedBuffers != "" {
+				settings["shared_buffers"] = "'" + full.Compute.SharedBuffers + "'"
+			}
+			for k, v := range full.Compute.Settings {
+				settings[k] = v
+			}
+			reg := metrics.NewRegistry()
+			cfg := agent.Config{
+				Pageserver: pageserver, Timeline: tl, Safekeepers: safekeepers,
+				ComputeID: computeID, Mountpoint: mountpoint, Scratch: scratch, Port: port,
+				OSUser: full.Compute.OSUser, PGBinDir: full.Compute.PGBinDir,
+				Password: os.Getenv(envComputePassword), ReplUser: replUser, ReplPassword: os.Getenv(envComputeReplPassword),
+				FullPageWrites: full.Compute.FullPageWrites, Settings: settings,
+				Cache: agent.CacheConfig{Strategy: full.Compute.Cache.Strategy, MemoryBudget: budget,
+					LFC: full.Compute.Cache.LFC, SharedBuffers: full.Compute.Cache.SharedBuffers},
+				FeedCommit: feedCommit, Debug: debug, Log: log, Registry: reg,
+				ArchivePrefix: "wal",
+			}
+			if cfg.ReplPassword == "" {
+				cfg.ReplUser = ""
+			}
+			if !noArchive {
+				st, err := objstore.Open(cmd.Context(), full.ObjectStore, log, reg)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				cfg.Archive = st
+			}
+			ag, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			if metricsAddr != "" {
+				lis, err := net.Listen("tcp", metricsAddr)
+				if err != nil {
+					return err
+				}
+				srv := &http.Server{Handler: ag.Handler(), ReadHeaderTimeout: 5 * time.Second}
+				go srv.Serve(lis)
+				defer srv.Close()
+				log.Info().Str("addr", lis.Addr().String()).Msg("metrics and /waits")
+			}
+			s := ag.Sizing()
+			log.Info().Str("strategy", s.Strategy).Int64("budget_bytes", s.BudgetBytes).Int64("shared_buffers_bytes", s.SharedBuffersBytes()).
+				Int64("lfc_bytes", s.LFCBytes).Str("huge_pages", s.HugePages).Msg("memory plan")
+			return ag.Run(cmd.Context(), func(url string) {
+				log.Info().Msg("postgres is ready")
+				if readyFile != "" {
+					_ = os.WriteFile(readyFile, []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
+				}
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pageserver, "pageserver", "127.0.0.1:7679", "pageserver gRPC address")
+	f.StringVar(&timeline, "timeline", "", "pageserver timeline ID (32 hex digits; created when missing)")
+	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of every safekeeper of the group")
+	f.StringVar(&mountpoint, "mountpoint", "", "PGDATA: where the FUSE filesystem is mounted")
+	f.StringVar(&scratch, "scratch", "", "local folder for pg_wal, the LFC file, the socket and the Postgres log")
+	f.IntVar(&port, "port", 0, "Postgres TCP port on 127.0.0.1 (default compute.port)")
+	f.StringVar(&computeID, "compute-id", "", "this compute's name in the safekeeper election (default host-pid)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics and /waits on this address (empty: off)")
+	f.StringVar(&replUser, "repl-user", "strata_repl", "replication role the safekeepers stream as (managed when STRATA_COMPUTE_REPL_PASSWORD is set)")
+	f.BoolVar(&feedCommit, "feed-commit", false, "advance the pageserver's commit LSN from the safekeepers (for a pageserver that does not follow them)")
+	f.BoolVar(&noArchive, "no-archive", false, "refill pg_wal from the safekeepers only, not from the object store's WAL archive")
+	f.BoolVar(&debug, "debug-fuse", false, "log every FUSE request")
+	f.StringVar(&readyFile, "ready-file", "", "write this file once Postgres accepts connections")
+	for _, req := range []string{"timeline", "safekeepers", "mountpoint", "scratch"} {
+		_ = cmd.MarkFlagRequired(req)
+	}
+	cmd.AddCommand(newComputeWaitsCmd())
+	return cmd
+}
+
+// newComputeWaitsCmd returns `strata compute waits`: the running agent's
+// wait report (count, total and mean per wait kind).
+func newComputeWaitsCmd() *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "waits",
+		Short: "Show the compute agent's wait accounting (count, total, mean per wait kind)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := fetchWaits(cmd.Context(), addr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			return agent.PrintReport(cmd.OutOrStdout(), r)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9680", "the agent's --metrics-addr")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func fetchWaits(ctx context.Context, addr string) (agent.Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/waits", nil)
+	if err != nil {
+		return agent.Report{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return agent.Report{}, fmt.Errorf("compute waits: is the agent running with --metrics-addr %s? %w", addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return agent.Report{}, errors.New("compute waits: " + resp.Status)
+	}
+	var r agent.Report
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	return r, err
+}

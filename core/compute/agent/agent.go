@@ -1,0 +1,926 @@
+// Package agent is the compute agent behind `strata compute`: it runs a
+// stock PostgreSQL 15 whose data directory is the strata FUSE filesystem
+// (core/compute/fusefs) over a pageserver timeline (core/compute/psbackend),
+// with the cache tiers (plugins/cache) on the read path, and keeps it
+// running.
+//
+// Every start of Postgres, the first one included, follows DESIGN.md 3a:
+// the agent wins a safekeeper election with a term above every earlier one
+// (E: the durable end of WAL), fences older computes on the pageserver
+// (BeginTerm, which also drops a dead compute's versions above E), loads
+// the tree from the pageserver, refills local pg_wal with the WAL from the
+// stored checkpoint's REDO point R up to E from the safekeepers (or the
+// archive), mounts PGDATA with W starting at E and starts Postgres, whose
+// own crash recovery does the rest. A timeline without files is a new
+// cluster: the agent runs initdb --no-sync into the mount first.
+//
+// While Postgres is not yet accepting connections, fsync only sends to the
+// pageserver (fusefs.FS.SetSyncDurable(false)): crash recovery's
+// end-of-recovery checkpoint fsyncs before the safekeepers can stream.
+// Once it accepts connections, fsync waits for durability (invariant 2).
+//
+// When Postgres exits by itself (a crash, a PANIC on a failed fsync, kill
+// -9), the agent kills what is left of it, unmounts, and starts again from
+// storage the same way. restart_after_crash is off so that Postgres never
+// runs crash recovery behind the agent's back.
+//
+// It is not the cluster orchestrator (core/cluster) and starts no
+// safekeeper or pageserver.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/plugins/cache/lfc"
+	"github.com/stratadb/strata/plugins/cache/sharedbuffers"
+	"github.com/stratadb/strata/sdk/cache"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// ErrConfig marks an invalid agent configuration.
+var ErrConfig = errors.New("agent: invalid config")
+
+// ErrNotEmpty: the timeline is empty (a new cluster) but the safekeepers
+// already hold WAL of some other cluster.
+var ErrNotEmpty = errors.New("agent: safekeepers hold WAL but the timeline is empty")
+
+// Config configures an Agent.
+type Config struct {
+	// Pageserver is the pageserver's gRPC address; Timeline the timeline
+	// this compute writes (created when missing).
+	Pageserver string
+	Timeline   pg.TimelineID
+	// Safekeepers are the gRPC addresses of the safekeeper group; Quorum
+	// is the number synchronous_standby_names waits for (default: a
+	// majority).
+	Safekeepers []string
+	Quorum      int
+	// ComputeID names this compute in the election (default: hostname).
+	ComputeID string
+	// Mountpoint is PGDATA (the FUSE mount); Scratch a local folder for
+	// pg_wal, the LFC file, the Unix socket and the Postgres log.
+	Mountpoint string
+	Scratch    string
+	// Port is Postgres' TCP port on 127.0.0.1.
+	Port int
+	// OSUser runs Postgres (default postgres); PGBinDir holds its programs.
+	OSUser   string
+	PGBinDir string
+	// Password is the superuser postgres' password, set by initdb.
+	Password string
+	// ReplUser and ReplPassword: the role the safekeepers stream as; the
+	// agent creates or updates it at every start (empty: not managed).
+	ReplUser, ReplPassword string
+	// FullPageWrites sets full_page_writes (off is safe on strata).
+	FullPageWrites bool
+	// Settings are extra postgresql.conf settings, written as given.
+	Settings map[string]string
+	// Cache is the cache strategy and the memory budget.
+	Cache CacheConfig
+	// Archive and ArchivePrefix locate archived WAL for pg_wal refills
+	// older than the safekeepers hold (nil: safekeepers only).
+	Archive       objectstore.Store
+	ArchivePrefix string
+	// FeedCommit makes the agent advance the pageserver's commit LSN from
+	// the safekeepers' (for a pageserver that does not follow them).
+	FeedCommit bool
+	// StartTimeout bounds one start, crash recovery included (default 10 min).
+	StartTimeout time.Duration
+	// StopTimeout bounds Postgres' fast shutdown (default 2 min).
+	StopTimeout time.Duration
+	// Debug logs every FUSE request.
+	Debug    bool
+	Log      zerolog.Logger
+	Registry *prometheus.Registry
+}
+
+func (c *Config) defaults() error {
+	if c.Pageserver == "" || c.Timeline.IsZero() || len(c.Safekeepers) == 0 || c.Mountpoint == "" || c.Scratch == "" {
+		return fmt.Errorf("%w: pageserver, timeline, safekeepers, mountpoint and scratch are required", ErrConfig)
+	}
+	if c.Port <= 0 {
+		return fmt.Errorf("%w: port %d", ErrConfig, c.Port)
+	}
+	if c.Quorum == 0 {
+		c.Quorum = len(c.Safekeepers)/2 + 1
+	}
+	if c.Quorum < 1 || c.Quorum > len(c.Safekeepers) {
+		return fmt.Errorf("%w: quorum %d of %d safekeepers", ErrConfig, c.Quorum, len(c.Safekeepers))
+	}
+	if c.ComputeID == "" {
+		h, _ := os.Hostname()
+		c.ComputeID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.OSUser == "" {
+		c.OSUser = "postgres"
+	}
+	if c.PGBinDir == "" {
+		c.PGBinDir = postgres.DefaultBinDir
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 10 * time.Minute
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 2 * time.Minute
+	}
+	if c.Cache.Strategy == "" {
+		c.Cache.Strategy = StrategyLFC
+	}
+	if c.Cache.MemoryBudget == 0 {
+		c.Cache.MemoryBudget = 512 << 20
+	}
+	if c.Cache.SharedBuffers == (sharedbuffers.Config{}) {
+		c.Cache.SharedBuffers = sharedbuffers.DefaultConfig()
+	}
+	if c.Cache.LFC == (lfc.Config{}) {
+		c.Cache.LFC = lfc.DefaultConfig()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	var err error
+	if c.Mountpoint, err = filepath.Abs(c.Mountpoint); err != nil {
+		return err
+	}
+	if c.Scratch, err = filepath.Abs(c.Scratch); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Agent runs one compute. Its methods are safe for concurrent use; Run is
+// called once.
+type Agent struct {
+	cfg    Config
+	log    zerolog.Logger
+	reg    *prometheus.Registry
+	ps     *client.Client
+	pgs    *postgres.Server
+	sizing sharedbuffers.Sizing
+	waits  *cache.Waits // the LFC's waits (lock, read, write)
+	uid    int
+	gid    int
+	born   time.Time
+
+	mu        sync.Mutex
+	state     string
+	fs        *fusefs.FS
+	be        *psbackend.Backend
+	lfc       *lfc.Cache
+	proc      *os.Process
+	done      chan struct{} // closed when the postmaster has exited
+	exitErr   error         // why it exited, once done is closed
+	term      uint64
+	e         pg.LSN
+	restarts  int
+	coldStart time.Duration
+}
+
+// New checks cfg, dials the pageserver and returns an agent ready to Run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	sizing, err := cfg.Cache.Plan()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if cfg.Cache.Strategy == StrategyLFC {
+		lc := cfg.Cache.LFC
+		lc.SizeBytes = sizing.LFCBytes
+		if lc.Tier == lfc.TierDisk && lc.Path == "" {
+			lc.Path = "set-by-agent"
+		}
+		if err := lc.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: compute.cache.%v", ErrConfig, err)
+		}
+	}
+	u, err := user.Lookup(cfg.OSUser)
+	if err != nil {
+		return nil, fmt.Errorf("agent: the OS user %q that runs Postgres: %w", cfg.OSUser, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	ps, err := client.Dial(cfg.Pageserver)
+	if err != nil {
+		return nil, err
+	}
+	waits, err := cache.NewWaits(cache.WaitLFCLock, cache.WaitLFCRead, cache.WaitLFCWrite)
+	if err != nil {
+		ps.Close()
+		return nil, err
+	}
+	a := &Agent{
+		cfg: cfg, log: cfg.Log, reg: cfg.Registry, ps: ps, sizing: sizing, waits: waits,
+		uid: uid, gid: gid, born: time.Now(), state: "new",
+		pgs: &postgres.Server{
+			BinDir:    cfg.PGBinDir,
+			DataDir:   cfg.Mountpoint,
+			OSUser:    cfg.OSUser,
+			Port:      cfg.Port,
+			SocketDir: filepath.Join(cfg.Scratch, "sock"),
+			LogPath:   filepath.Join(cfg.Scratch, "postgres.log"),
+			NoSync:    true,
+			Log:       cfg.Log,
+		},
+	}
+	for _, c := range []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}} {
+		if err := a.reg.Register(c); err != nil {
+			ps.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Sizing returns the memory plan (shared_buffers, LFC size, huge pages).
+func (a *Agent) Sizing() sharedbuffers.Sizing { return a.sizing }
+
+// URL is the connection string of Postgres as superuser postgres.
+func (a *Agent) URL() string { return a.pgs.URL(a.cfg.Password, "postgres") }
+
+// LogFile is Postgres' log.
+func (a *Agent) LogFile() string { return a.pgs.LogFile() }
+
+func (a *Agent) setState(s string) {
+	a.mu.Lock()
+	a.state = s
+	a.mu.Unlock()
+	a.log.Info().Str("state", s).Msg("compute")
+}
+
+func (a *Agent) currentFS() *fusefs.FS {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fs
+}
+
+// Report returns the agent's state and wait accounting.
+func (a *Agent) Report() Report {
+	a.mu.Lock()
+	r := Report{State: a.state, Term: a.term, DurableEnd: a.e, Restarts: a.restarts,
+		ColdStart: a.coldStart.Round(time.Millisecond).String(), Strategy: a.cfg.Cache.Strategy,
+		Uptime: time.Since(a.born).Round(time.Second).String()}
+	f, be := a.fs, a.be
+	a.mu.Unlock()
+	if f != nil {
+		r.W = f.WAL().Current()
+		r.CacheHits, r.CacheMisses = f.Waits().CacheHits()
+		r.Waits = fsWaits(f.Waits())
+	} else {
+		r.Waits = fsWaits(&fusefs.Waits{})
+	}
+	if be != nil {
+		r.Durable = be.Durable()
+	}
+	r.Waits = append(r.Waits, cacheWaits(a.waits)...)
+	return r
+}
+
+// Run starts Postgres (see the package doc), calls ready with the
+// connection string once it accepts connections, and keeps it running:
+// after every exit of Postgres it starts it again from storage. When ctx
+// ends it stops Postgres (fast shutdown), waits until every write is
+// durable, unmounts and returns. A failure of the first start is returned;
+// later ones are retried.
+func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
+	defer a.ps.Close()
+	if a.cfg.FeedCommit {
+		// The feed outlives ctx: the shutdown checkpoint after ctx ends
+		// waits for durability too.
+		fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer fcancel()
+		go a.feedCommit(fctx)
+	}
+	first := true
+	delay := time.Second
+	for {
+		if err := a.start(ctx); err != nil {
+			a.teardown(false)
+			if first || ctx.Err() != nil {
+				return err
+			}
+			a.log.Error().Err(err).Dur("retry_in", delay).Msg("compute start failed")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 30*time.Second)
+			continue
+		}
+		delay = time.Second
+		if first && ready != nil {
+			ready(a.URL())
+		}
+		first = false
+		a.mu.Lock()
+		done := a.done
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return a.stop()
+		case <-done:
+			a.log.Error().Err(a.exitError()).Str("log", a.LogFile()).Str("log_tail", a.pgs.Tail(1024)).Msg("postgres exited; restarting it from storage")
+			a.teardown(false)
+			a.mu.Lock()
+			a.restarts++
+			a.mu.Unlock()
+		}
+	}
+}
+
+// start runs one start of Postgres from storage.
+func (a *Agent) start(ctx context.Context) error {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StartTimeout)
+	defer cancel()
+	tl := a.cfg.Timeline
+	a.setState("electing")
+	if err := a.ensureTimeline(ctx); err != nil {
+		return err
+	}
+	term, ids, e, err := a.elect(ctx)
+	if err != nil {
+		return err
+	}
+	dropped, ack, err := a.ps.BeginTerm(ctx, tl, term, e)
+	if err != nil {
+		return fmt.Errorf("agent: pageserver BeginTerm(%d, %s): %w", term, e, err)
+	}
+	a.log.Info().Uint64("term", term).Str("durable_end", e.String()).Int("dropped", dropped).Str("pageserver_durable", ack.Durable.String()).Msg("term begun")
+	a.mu.Lock()
+	a.term, a.e = term, e
+	a.mu.Unlock()
+
+	a.setState("loading")
+	be, err := psbackend.Open(ctx, a.ps, tl, psbackend.Options{Log: a.log})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.be = be
+	a.mu.Unlock()
+	files, err := be.List(ctx)
+	if err != nil {
+		return err
+	}
+	rels, err := be.ListRels(ctx)
+	if err != nil {
+		return err
+	}
+	fresh := len(files) == 0 && len(rels) == 0
+	walDir := filepath.Join(a.cfg.Scratch, "pg_wal")
+	if err := a.prepareScratch(); err != nil {
+		return err
+	}
+	src := WALSource{Safekeepers: a.cfg.Safekeepers, Archive: a.cfg.Archive, Prefix: a.cfg.ArchivePrefix}
+	if fresh {
+		if e > 0 {
+			return fmt.Errorf("%w: the safekeepers agree on WAL up to %s, but timeline %s has no files: they belong to another cluster (start from empty safekeepers, or use the timeline they were written for)", ErrNotEmpty, e, tl)
+		}
+		if a.cfg.Password == "" {
+			return fmt.Errorf("%w: a new cluster needs the superuser password for initdb", ErrConfig)
+		}
+		// initdb creates pg_wal and pg_wal/archive_status itself (mkdir,
+		// failing on EEXIST): start from nothing.
+		if err := os.RemoveAll(walDir); err != nil {
+			return err
+		}
+	} else {
+		buf := make([]byte, 8192)
+		n, err := be.ReadFile(ctx, ControlFile, 0, buf)
+		if err != nil {
+			return fmt.Errorf("agent: timeline %s has files but reading %s failed (an initdb that never finished? start on a new timeline): %w", tl, ControlFile, err)
+		}
+		ctl, err := ParseControl(buf[:n])
+		if err != nil {
+			return err
+		}
+		if e <= ctl.Checkpoint {
+			return fmt.Errorf("agent: stored pg_control names checkpoint %s, past the durable end of WAL %s: storage is ahead of the safekeepers", ctl.Checkpoint, e)
+		}
+		a.setState("fetching WAL")
+		tf := time.Now()
+		n2, err := FillWAL(ctx, src, walDir, ctl.Timeline, ctl.Redo, e, a.uid, a.gid)
+		if err != nil {
+			return err
+		}
+		a.log.Info().Str("redo", ctl.Redo.String()).Str("checkpoint", ctl.Checkpoint.String()).Str("end", e.String()).Int("segments", n2).Dur("took", time.Since(tf)).Msg("pg_wal filled from the safekeepers")
+	}
+
+	l, err := newLFC(a.cfg.Cache, a.sizing, a.cfg.Scratch, a.waits, a.log)
+	if err != nil {
+		return err
+	}
+	var fc fusefs.Cache
+	if l != nil {
+		fc = tier{c: l, log: a.log}
+	}
+	a.mu.Lock()
+	a.lfc = l
+	a.mu.Unlock()
+
+	a.setState("mounting")
+	fusefs.MountpointCleanup(a.cfg.Mountpoint)
+	// The postgres OS user must reach the mountpoint.
+	if err := os.MkdirAll(filepath.Dir(a.cfg.Mountpoint), 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(a.cfg.Mountpoint, 0o700); err != nil {
+		return err
+	}
+	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
+		Backend: be, Cache: fc, WALScratch: walDir, UID: uint32(a.uid), GID: uint32(a.gid),
+		WALStart: e, SendOnlySync: true, Debug: a.cfg.Debug, Log: a.log,
+	})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.fs = f
+	a.mu.Unlock()
+
+	if fresh {
+		a.setState("initdb")
+		if err := a.pgs.InitDB(ctx, a.cfg.Password); err != nil {
+			return err
+		}
+	}
+	if err := a.pgs.Configure(a.settings(ids)); err != nil {
+		return err
+	}
+	a.setState("recovering")
+	if err := a.launch(); err != nil {
+		return err
+	}
+	if err := a.waitReady(ctx); err != nil {
+		return err
+	}
+	if err := a.ensureReplUser(ctx); err != nil {
+		return err
+	}
+	// Once a quorum of safekeepers streams, fsync waits for durability
+	// (invariant 2). Not before: the safekeepers' first connection creates
+	// their replication slots, and Postgres fsyncs a slot's state file
+	// before the walsender streams anything.
+	a.setState("waiting for the safekeepers")
+	if err := a.waitStreaming(ctx); err != nil {
+		return err
+	}
+	f.SetSyncDurable(true)
+	took := time.Since(t0)
+	a.mu.Lock()
+	a.coldStart = took
+	a.mu.Unlock()
+	a.setState("running")
+	a.log.Info().Dur("start", took).Bool("initdb", fresh).Int("port", a.cfg.Port).Msg("postgres accepts connections")
+	return nil
+}
+
+func (a *Agent) prepareScratch() error {
+	for _, d := range []string{a.cfg.Scratch, filepath.Join(a.cfg.Scratch, "sock")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chown(d, a.uid, a.gid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureTimeline creates the timeline when the pageserver does not have it.
+func (a *Agent) ensureTimeline(ctx context.Context) error {
+	tls, err := a.ps.ListTimelines(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: pageserver %s: %w", a.cfg.Pageserver, err)
+	}
+	for _, t := range tls {
+		if t.ID == a.cfg.Timeline {
+			return nil
+		}
+	}
+	if _, err := a.ps.CreateTimeline(ctx, a.cfg.Timeline); err != nil {
+		return fmt.Errorf("agent: create timeline %s: %w", a.cfg.Timeline, err)
+	}
+	a.log.Info().Str("timeline", a.cfg.Timeline.String()).Msg("timeline created")
+	return nil
+}
+
+// elect wins a safekeeper election with a term above every one seen and
+// returns it, the safekeepers' IDs (their application_name) and E.
+func (a *Agent) elect(ctx context.Context) (uint64, []string, pg.LSN, error) {
+	var top uint64
+	var ids []string
+	// Safekeepers that were just started may not answer yet: wait for a
+	// quorum (bounded by the start's deadline).
+	for {
+		top, ids = 0, ids[:0]
+		var errs []error
+		for _, addr := range a.cfg.Safekeepers {
+			st, err := safekeeperStatus(ctx, addr)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+				continue
+			}
+			top = max(top, st.Term)
+			ids = append(ids, st.ID)
+		}
+		if len(ids) >= a.cfg.Quorum {
+			if len(errs) > 0 {
+				a.log.Warn().Err(errors.Join(errs...)).Msg("electing without every safekeeper")
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, 0, fmt.Errorf("agent: only %d of %d safekeepers answer, %d needed: %w", len(ids), len(a.cfg.Safekeepers), a.cfg.Quorum, errors.Join(errs...))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	postgresAddr := "127.0.0.1:" + strconv.Itoa(a.cfg.Port)
+	for try := 0; ; try++ {
+		term := top + 1
+		e, err := safekeeper.Elect(ctx, term, a.cfg.ComputeID, postgresAddr, a.cfg.Safekeepers)
+		if err == nil {
+			a.log.Info().Uint64("term", term).Str("durable_end", e.String()).Strs("safekeepers", ids).Msg("elected")
+			return term, ids, e, nil
+		}
+		if !errors.Is(err, safekeeper.ErrFenced) || try >= 5 {
+			return 0, nil, 0, fmt.Errorf("agent: election for term %d: %w", term, err)
+		}
+		top = term // someone else took it: go higher
+	}
+}
+
+func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {
+	c, err := server.Dial(addr)
+	if err != nil {
+		return server.Status{}, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.Status(ctx)
+}
+
+// settings are strata's postgresql.conf settings (strata.conf).
+func (a *Agent) settings(ids []string) map[string]string {
+	s := map[string]string{
+		"wal_level":                 "replica",
+		"max_wal_senders":           "16",
+		"max_replication_slots":     "16",
+		"wal_sender_timeout":        "'30s'",
+		"synchronous_commit":        "on",
+		"synchronous_standby_names": fmt.Sprintf("'ANY %d (%s)'", a.cfg.Quorum, strings.Join(ids, ", ")),
+		"full_page_writes":          onOff(a.cfg.FullPageWrites),
+		// Crash recovery only under the agent, which first makes pg_wal
+		// and the stored files agree on E (and relaxes fsync).
+		"restart_after_crash": "off",
+		// New segments need not be zero-filled through FUSE.
+		"wal_init_zero": "off",
+	}
+	for k, v := range a.sizing.Settings() {
+		s[k] = v
+	}
+	for k, v := range a.cfg.Settings {
+		s[k] = v
+	}
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// launch starts the postmaster as a child in its own process group. It
+// gets SIGKILL if the agent dies (Pdeathsig), so that no Postgres outlives
+// the filesystem it runs on.
+func (a *Agent) launch() error {
+	logf, err := os.OpenFile(a.pgs.LogFile(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd, err := a.pgs.Command(context.Background(), "postgres", "-D", a.cfg.Mountpoint)
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		// Pdeathsig follows the thread that forked: keep it alive (and
+		// this goroutine on it) for as long as the postmaster runs.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer logf.Close()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		if err == nil {
+			err = errors.New("postmaster exited with status 0")
+		}
+		a.mu.Lock()
+		a.exitErr = err
+		a.mu.Unlock()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("agent: start postgres: %w", err)
+	}
+	a.mu.Lock()
+	a.proc, a.done, a.exitErr = cmd.Process, done, nil
+	a.mu.Unlock()
+	a.log.Info().Int("pid", cmd.Process.Pid).Str("log", a.pgs.LogFile()).Msg("postgres started")
+	return nil
+}
+
+func (a *Agent) exitError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.exitErr
+}
+
+// PostmasterPID returns the running postmaster's PID, or 0.
+func (a *Agent) PostmasterPID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.proc == nil {
+		return 0
+	}
+	return a.proc.Pid
+}
+
+// socketConn is a libpq keyword/value string for the Unix socket (trust).
+func (a *Agent) socketConn() string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", filepath.Join(a.cfg.Scratch, "sock"), a.cfg.Port)
+}
+
+// waitReady waits until Postgres accepts a connection (crash recovery
+// included), or fails when it exits.
+func (a *Agent) waitReady(ctx context.Context) error {
+	a.mu.Lock()
+	done := a.done
+	a.mu.Unlock()
+	for {
+		c, err := pgx.Connect(ctx, a.socketConn())
+		if err == nil {
+			c.Close(ctx)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent: postgres does not accept connections: %v\n%s", err, a.pgs.Tail(2048))
+		case <-done:
+			return fmt.Errorf("agent: postgres exited during start (%v):\n%s", a.exitError(), a.pgs.Tail(4096))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ensureReplUser creates or updates the safekeepers' replication role,
+// committing locally (no safekeeper may stream yet).
+func (a *Agent) ensureReplUser(ctx context.Context) error {
+	if a.cfg.ReplUser == "" {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, a.socketConn())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", a.cfg.ReplUser).Scan(&exists); err != nil {
+		return err
+	}
+	verb := "CREATE"
+	if exists {
+		verb = "ALTER"
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf("%s ROLE %s LOGIN REPLICATION PASSWORD %s", verb,
+		pgx.Identifier{a.cfg.ReplUser}.Sanitize(), quoteLiteral(a.cfg.ReplPassword)))
+	return err
+}
+
+// waitStreaming waits until a quorum of safekeepers streams from Postgres.
+func (a *Agent) waitStreaming(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, a.socketConn())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	a.mu.Lock()
+	done := a.done
+	a.mu.Unlock()
+	for {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n)
+		if err == nil && n >= a.cfg.Quorum {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent: %d of the %d safekeepers needed stream from Postgres (last error %v): %w", n, a.cfg.Quorum, err, ctx.Err())
+		case <-done:
+			return fmt.Errorf("agent: postgres exited before the safekeepers streamed (%v):\n%s", a.exitError(), a.pgs.Tail(4096))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// killGroup kills the postmaster's process group (every Postgres process)
+// and waits for the postmaster to be reaped.
+func (a *Agent) killGroup() {
+	a.mu.Lock()
+	p, done := a.proc, a.done
+	a.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		a.log.Error().Int("pid", p.Pid).Msg("postmaster not reaped after SIGKILL")
+	}
+	// Backends may outlive the postmaster for a moment; the group is gone
+	// once kill(-pgid, 0) fails.
+	for i := 0; i < 100 && syscall.Kill(-p.Pid, 0) == nil; i++ {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// teardown kills Postgres if it runs, sends what the backend buffered,
+// unmounts and drops the LFC. With clean, it also waits (bounded) until
+// every write is durable.
+func (a *Agent) teardown(clean bool) error {
+	a.killGroup()
+	a.mu.Lock()
+	f, be, l := a.fs, a.be, a.lfc
+	a.fs, a.be, a.lfc, a.proc = nil, nil, nil, nil
+	a.mu.Unlock()
+	var errs []error
+	if be != nil {
+		if clean && f != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if err := be.Sync(ctx, f.WAL().Current()); err != nil {
+				errs = append(errs, fmt.Errorf("agent: final sync: %w", err))
+			}
+			cancel()
+		}
+		if err := be.Close(); err != nil && clean {
+			errs = append(errs, err)
+		}
+	}
+	if f != nil {
+		if err := f.Unmount(); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		fusefs.MountpointCleanup(a.cfg.Mountpoint)
+	}
+	if l != nil {
+		_ = l.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// stop shuts Postgres down (fast: its shutdown checkpoint needs the
+// safekeepers, which must still run), makes every write durable and
+// unmounts.
+func (a *Agent) stop() error {
+	a.setState("stopping")
+	a.mu.Lock()
+	p, done := a.proc, a.done
+	a.mu.Unlock()
+	var errs []error
+	if p != nil {
+		_ = p.Signal(syscall.SIGINT) // fast shutdown
+		select {
+		case <-done:
+			a.log.Info().Msg("postgres stopped")
+		case <-time.After(a.cfg.StopTimeout):
+			errs = append(errs, fmt.Errorf("agent: postgres did not stop in %s; killed", a.cfg.StopTimeout))
+		}
+	}
+	if err := a.teardown(true); err != nil {
+		errs = append(errs, err)
+	}
+	a.setState("stopped")
+	return errors.Join(errs...)
+}
+
+// feedCommit advances the pageserver's commit LSN to the safekeepers'
+// commit LSN of this agent's term, for a pageserver that does not follow
+// the safekeepers itself. A safekeeper's commit LSN is WAL a quorum holds.
+func (a *Agent) feedCommit(ctx context.Context) {
+	clients := make([]*server.Client, 0, len(a.cfg.Safekeepers))
+	for _, addr := range a.cfg.Safekeepers {
+		c, err := server.Dial(addr)
+		if err != nil {
+			a.log.Error().Err(err).Str("safekeeper", addr).Msg("commit feed")
+			continue
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	var fed pg.LSN
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		term := a.term
+		a.mu.Unlock()
+		if term == 0 {
+			continue
+		}
+		var commit pg.LSN
+		for _, c := range clients {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := c.Status(cctx)
+			cancel()
+			if err == nil && st.Term == term && st.Accepted {
+				commit = max(commit, st.CommitLSN)
+			}
+		}
+		if commit > fed {
+			if err := a.ps.AdvanceCommitLSN(ctx, a.cfg.Timeline, commit); err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn().Err(err).Msg("advance the pageserver's commit LSN")
+				}
+				continue
+			}
+			fed = commit
+		}
+	}
+}
+
+// agentCollector exports the agent's own gauges.
+type agentCollector struct{ a *Agent }
+
+var (
+	descRestarts = prometheus.NewDesc("strata_compute_postgres_restarts_total", "Restarts of Postgres by the agent after it exited.", nil, nil)
+	descTerm     = prometheus.NewDesc("strata_compute_term", "The compute's current safekeeper election term.", nil, nil)
+	descW        = prometheus.NewDesc("strata_compute_wal_position", "W: the end of the last complete WAL record Postgres wrote (as a number).", nil, nil)
+	descStart    = prometheus.NewDesc("strata_compute_start_seconds", "Time of the last start, from the election to Postgres accepting connections.", nil, nil)
+)
+
+func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descRestarts
+	ch <- descTerm
+	ch <- descW
+	ch <- descStart
+}
+
+func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.a.Report()
+	c.a.mu.Lock()
+	start := c.a.coldStart
+	c.a.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(r.Restarts))
+	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(r.Term))
+	ch <- prometheus.MustNewConstMetric(descW, prometheus.GaugeValue, float64(r.W))
+	ch <- prometheus.MustNewConstMetric(descStart, prometheus.GaugeValue, start.Seconds())
+}

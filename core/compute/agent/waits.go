@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/relpath"
+	"github.com/stratadb/strata/sdk/cache"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Wait kinds of the report besides the LFC's (cache.WaitLFCLock,
+// cache.WaitLFCRead, cache.WaitLFCWrite).
+const (
+	WaitGetPage   = "getpage"    // a page read from the pageserver on a cache miss
+	WaitFsync     = "fsync"      // an fsync: durability wait (or send, in recovery)
+	WaitFUSERead  = "fuse_read"  // a whole FUSE read of a relation file (includes the above)
+	WaitFUSEWrite = "fuse_write" // a FUSE write of a relation file (page sent to storage)
+	WaitWALWrite  = "wal_write"  // a pg_wal write to local scratch
+)
+
+// WaitStat is one kind of wait the agent imposed on Postgres.
+type WaitStat struct {
+	Name  string        `json:"name"`
+	Count int64         `json:"count"`
+	Total time.Duration `json:"total_ns"`
+}
+
+// Mean is Total / Count.
+func (w WaitStat) Mean() time.Duration {
+	if w.Count == 0 {
+		return 0
+	}
+	return w.Total / time.Duration(w.Count)
+}
+
+// Report is the agent's state and wait accounting (`strata compute waits`).
+type Report struct {
+	State       string     `json:"state"`
+	Term        uint64     `json:"term"`
+	DurableEnd  pg.LSN     `json:"durable_end"` // E of the last election
+	W           pg.LSN     `json:"w"`           // WAL position written
+	Durable     pg.LSN     `json:"durable"`     // pageserver durable LSN seen
+	Restarts    int        `json:"restarts"`
+	ColdStart   string     `json:"cold_start"` // storage to accepting connections, last start
+	Strategy    string     `json:"strategy"`
+	CacheHits   uint64     `json:"cache_hits"`
+	CacheMisses uint64     `json:"cache_misses"`
+	Uptime      string     `json:"uptime"`
+	Waits       []WaitStat `json:"waits"`
+}
+
+// fsWaits turns the filesystem's counters into report lines.
+func fsWaits(w *fusefs.Waits) []WaitStat {
+	if w == nil {
+		return nil
+	}
+	sum := func(op fusefs.Op, kinds ...relpath.Kind) WaitStat {
+		var s WaitStat
+		for _, k := range kinds {
+			s.Count += int64(w.Count(op, k))
+			s.Total += w.Total(op, k)
+		}
+		return s
+	}
+	all := []relpath.Kind{relpath.KindOther, relpath.KindRel, relpath.KindWAL, relpath.KindLocal}
+	out := []WaitStat{}
+	for _, x := range []struct {
+		name  string
+		op    fusefs.Op
+		kinds []relpath.Kind
+	}{
+		{WaitGetPage, fusefs.OpGetPage, []relpath.Kind{relpath.KindRel}},
+		{WaitFsync, fusefs.OpFsync, all},
+		{WaitFUSERead, fusefs.OpRead, []relpath.Kind{relpath.KindRel}},
+		{WaitFUSEWrite, fusefs.OpWrite, []relpath.Kind{relpath.KindRel}},
+		{WaitWALWrite, fusefs.OpWrite, []relpath.Kind{relpath.KindWAL}},
+	} {
+		s := sum(x.op, x.kinds...)
+		s.Name = x.name
+		out = append(out, s)
+	}
+	return out
+}
+
+func cacheWaits(w *cache.Waits) []WaitStat {
+	if w == nil {
+		return nil
+	}
+	var out []WaitStat
+	for _, s := range w.Snapshot() {
+		out = append(out, WaitStat{Name: s.Name, Count: s.Count, Total: s.Total})
+	}
+	return out
+}
+
+// PrintReport writes r as a table: one line per wait kind with its count,
+// total and mean, the largest total first.
+func PrintReport(w io.Writer, r Report) error {
+	fmt.Fprintf(w, "state %s, term %d, E %s, W %s, durable %s, restarts %d, cold start %s, uptime %s\n",
+		r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Uptime)
+	if tot := r.CacheHits + r.CacheMisses; tot > 0 {
+		fmt.Fprintf(w, "cache %s: %d hits, %d misses (%.1f%% hits)\n", r.Strategy, r.CacheHits, r.CacheMisses, 100*float64(r.CacheHits)/float64(tot))
+	} else {
+		fmt.Fprintf(w, "cache %s: no reads yet\n", r.Strategy)
+	}
+	ws := append([]WaitStat(nil), r.Waits...)
+	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Total > ws[j].Total })
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "WAIT\tCOUNT\tTOTAL\tMEAN\t")
+	for _, s := range ws {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", s.Name, s.Count, s.Total.Round(time.Microsecond), s.Mean().Round(100*time.Nanosecond))
+	}
+	return tw.Flush()
+}
+
+// fsCollector exports the current mount's counters (the mount changes on
+// every restart of Postgres; the counters restart with it).
+type fsCollector struct{ a *Agent }
+
+func (c fsCollector) Describe(ch chan<- *prometheus.Desc) {
+	(&fusefs.Waits{}).Collector().Describe(ch)
+}
+
+func (c fsCollector) Collect(ch chan<- prometheus.Metric) {
+	if f := c.a.currentFS(); f != nil {
+		f.Waits().Collector().Collect(ch)
+	}
+}
+
+// Handler serves /metrics (Prometheus) and /waits (the Report as JSON).
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/waits", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Report())
+	})
+	return mux
+}

@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/stratadb/strata/core/compute/walpos"
+	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// ControlFile is PGDATA's pg_control, relative to the data directory.
+const ControlFile = "global/pg_control"
+
+// pgControlVersion is PG_CONTROL_VERSION of PostgreSQL 15.
+const pgControlVersion = 1300
+
+// ErrControl: pg_control is missing or not a PostgreSQL 15 control file.
+var ErrControl = errors.New("agent: bad pg_control")
+
+// Control is what the agent needs from pg_control (ControlFileData of
+// PostgreSQL 15 on a little-endian 64-bit machine).
+type Control struct {
+	SystemID uint64
+	State    uint32
+	// Checkpoint is the location of the last checkpoint record.
+	Checkpoint pg.LSN
+	// Redo is that checkpoint's REDO point R: crash recovery replays WAL
+	// from there.
+	Redo     pg.LSN
+	Timeline pg.PGTimeline
+}
+
+// ParseControl decodes the fields of pg_control the agent uses.
+func ParseControl(b []byte) (Control, error) {
+	if len(b) < 56 {
+		return Control{}, fmt.Errorf("%w: %d bytes", ErrControl, len(b))
+	}
+	le := binary.LittleEndian
+	if v := le.Uint32(b[8:12]); v != pgControlVersion {
+		return Control{}, fmt.Errorf("%w: pg_control_version %d, want %d (PostgreSQL 15)", ErrControl, v, pgControlVersion)
+	}
+	c := Control{
+		SystemID:   le.Uint64(b[0:8]),
+		State:      le.Uint32(b[16:20]),
+		Checkpoint: pg.LSN(le.Uint64(b[32:40])),
+		Redo:       pg.LSN(le.Uint64(b[40:48])),
+		Timeline:   pg.PGTimeline(le.Uint32(b[48:52])),
+	}
+	if c.Redo == 0 || c.Redo > c.Checkpoint || c.Timeline == 0 {
+		return Control{}, fmt.Errorf("%w: checkpoint %s, redo %s, timeline %d", ErrControl, c.Checkpoint, c.Redo, c.Timeline)
+	}
+	return c, nil
+}
+
+// WALSource says where the agent fetches WAL for pg_wal.
+type WALSource struct {
+	// Safekeepers are gRPC addresses.
+	Safekeepers []string
+	// Archive holds archived WAL (nil: safekeepers only), under Prefix.
+	Archive objectstore.Store
+	Prefix  string
+	// SegmentSize defaults to 16 MiB.
+	SegmentSize uint64
+}
+
+// FillWAL makes dir (local pg_wal) hold exactly the WAL from the segment
+// that contains from up to end, as the safekeeper quorum agreed on it:
+// every segment file already there is removed (a crashed compute's local
+// WAL may run past end, and WAL past the durable end must not be replayed),
+// then the segments from..end are written, each zero-padded past end, which
+// Postgres reads as the end of WAL. Files are owned by uid:gid. It returns
+// the number of segments written.
+func FillWAL(ctx context.Context, src WALSource, dir string, tli pg.PGTimeline, from, end pg.LSN, uid, gid int) (int, error) {
+	seg := src.SegmentSize
+	if seg == 0 {
+		seg = pg.WALSegmentSize
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "archive_status"), 0o700); err != nil {
+		return 0, err
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "archive_status")} {
+		if err := os.Chown(d, uid, gid); err != nil {
+			return 0, err
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		if _, err := walpos.ParseSegmentName(e.Name(), seg); err == nil || filepath.Ext(e.Name()) == ".partial" || bytes.HasPrefix([]byte(e.Name()), []byte("xlogtemp.")) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return 0, err
+			}
+		}
+	}
+	// archive_status entries of removed segments would make Postgres try
+	// to archive them; none are needed (the safekeepers archive).
+	if sts, err := os.ReadDir(filepath.Join(dir, "archive_status")); err == nil {
+		for _, e := range sts {
+			_ = os.Remove(filepath.Join(dir, "archive_status", e.Name()))
+		}
+	}
+	if end <= from {
+		return 0, nil
+	}
+	n := 0
+	for no := from.Segment(seg); no*seg < uint64(end); no++ {
+		name := walpos.FormatSegmentName(tli, no, seg)
+		data, err := fetchSegment(ctx, src, name, pg.LSN(no*seg), min(pg.LSN((no+1)*seg), end), seg)
+		if err != nil {
+			return n, err
+		}
+		p := filepath.Join(dir, name)
+		tmp := p + ".strata-tmp"
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			return n, err
+		}
+		if err := os.Chown(tmp, uid, gid); err != nil {
+			return n, err
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// fetchSegment returns one whole segment holding the WAL [start, end) and
+// zeros after it: from the first safekeeper that holds that range, else
+// from the archive (a whole archived segment, cut at end).
+func fetchSegment(ctx context.Context, src WALSource, name string, start, end pg.LSN, seg uint64) ([]byte, error) {
+	var errs []error
+	for _, addr := range src.Safekeepers {
+		data, err := readSafekeeper(ctx, addr, start, end)
+		if err == nil {
+			return append(data, make([]byte, int(seg)-len(data))...), nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+	}
+	if src.Archive != nil {
+		var buf bytes.Buffer
+		err := safekeeper.FetchSegment(ctx, safekeeper.FetchOptions{Archive: src.Archive, Prefix: src.Prefix, SegmentSize: seg}, name, &buf)
+		if err == nil && buf.Len() == int(seg) {
+			b := buf.Bytes()
+			clear(b[end-start:])
+			return b, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("archive returned %d bytes", buf.Len())
+		}
+		errs = append(errs, fmt.Errorf("archive: %w", err))
+	}
+	return nil, fmt.Errorf("agent: WAL %s..%s (segment %s): %w", start, end, name, errors.Join(errs...))
+}
+
+// readSafekeeper reads WAL [start, end) from one safekeeper (up to its flush
+// LSN: after the election every voter holds WAL up to E).
+func readSafekeeper(ctx context.Context, addr string, start, end pg.LSN) ([]byte, error) {
+	c, err := server.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.StartLSN > start || st.FlushLSN < end {
+		return nil, fmt.Errorf("holds %s..%s", st.StartLSN, st.FlushLSN)
+	}
+	data := make([]byte, 0, end-start)
+	err = c.ReadWAL(ctx, start, end, server.BoundFlush, func(_ pg.LSN, d []byte) error {
+		data = append(data, d...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != int(end-start) {
+		return nil, fmt.Errorf("read %d bytes of %s..%s", len(data), start, end)
+	}
+	return data, nil
+}
