@@ -32,11 +32,13 @@ func newUpCmd(a *app) *cobra.Command {
 		Use:   "up",
 		Short: "Start the whole cluster on this machine and print its connection string",
 		Long: `Start the cluster that the config describes on this machine (the embedded
-default: three safekeepers and Postgres 15 with its WAL acknowledged by any two of
-them, state under ./.strata), wait until Postgres accepts connections and a quorum
-of safekeepers streams from it, print the postgres:// connection string on a line of
-its own on standard output, and return. The cluster runs in the background until
-'strata down'. Running 'strata up' again on a running cluster prints the string again.`,
+default: three safekeepers, a pageserver, and the compute agent running Postgres 15
+on a FUSE data directory served by the pageserver, with its WAL acknowledged by any
+two of the safekeepers; state under ./.strata), wait until Postgres accepts
+connections and a quorum of safekeepers streams from it, print the postgres://
+connection string on a line of its own on standard output, and return. The cluster
+runs in the background until 'strata down'. Running 'strata up' again on a running
+cluster prints the string again. Needs root (the FUSE mount).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.cluster()
@@ -56,7 +58,7 @@ its own on standard output, and return. The cluster runs in the background until
 func newDownCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
-		Short: "Stop the cluster that 'strata up' started (the data stays)",
+		Short: "Stop the cluster that 'strata up' started: compute, pageserver, safekeepers (the data stays)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.cluster()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // ReplUser is the replication role the safekeepers stream WAL as.
@@ -33,6 +36,9 @@ type State struct {
 	ConfigPath  string `json:"config_path"`
 	PostgresDir string `json:"postgres_dir"`
 	Port        int    `json:"port"`
+	Timeline    string `json:"timeline"`
+	Pageserver  string `json:"pageserver"`
+	Compute     string `json:"compute_metrics"` // the agent's /waits address
 	Procs       []Proc `json:"procs"`
 	Started     string `json:"started"`
 }
@@ -57,6 +63,8 @@ func New(cfg *config.Config, strataBin string, log zerolog.Logger) (*Cluster, er
 
 func (c *Cluster) statePath() string { return filepath.Join(c.dataDir, "cluster.json") }
 
+// postgres describes the compute's Postgres: PGDATA is the agent's FUSE
+// mount (the cluster only reads its URL and PID from it).
 func (c *Cluster) postgres() *postgres.Server {
 	return &postgres.Server{
 		BinDir:  c.cfg.Compute.PGBinDir,
@@ -155,22 +163,54 @@ func (c *Cluster) Running() (*State, bool) {
 			return st, false
 		}
 	}
-	if pid, _ := c.postgres().PID(); pid == 0 {
-		return st, false
-	}
-	return st, true
+	return st, len(st.Procs) > 0
 }
 
-// Up starts whatever of the cluster is not running, waits until Postgres
-// accepts connections and a quorum of safekeepers streams from it, and
-// returns the connection string. progress gets one line per step.
+// timeline returns the cluster's pageserver timeline, kept in
+// <data_dir>/timeline (a new random one the first time).
+func (c *Cluster) timeline() (pg.TimelineID, error) {
+	p := filepath.Join(c.dataDir, "timeline")
+	if b, err := os.ReadFile(p); err == nil {
+		return pg.ParseTimelineID(strings.TrimSpace(string(b)))
+	}
+	var id pg.TimelineID
+	if _, err := rand.Read(id[:]); err != nil {
+		return id, err
+	}
+	return id, os.WriteFile(p, []byte(id.String()+"\n"), 0o644)
+}
+
+func (c *Cluster) pageserverAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Cluster.PageserverGRPCPort()))
+}
+
+// metricsAddr returns the i-th /metrics address ("" when metrics are off):
+// the safekeepers take 0..n-1, the pageserver n, the compute agent n+1.
+func (c *Cluster) metricsAddr(i int) string {
+	if c.cfg.Cluster.MetricsPort <= 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Cluster.MetricsPort+i))
+}
+
+// ComputeMetricsAddr is the compute agent's /metrics and /waits address
+// ("" when cluster.metrics_port is 0).
+func (c *Cluster) ComputeMetricsAddr() string { return c.metricsAddr(c.cfg.Cluster.Safekeepers + 1) }
+
+// Up starts the cluster: the safekeepers, the pageserver, then the compute
+// agent (which mounts PGDATA over the pageserver, runs initdb the first
+// time and starts Postgres); it waits until Postgres accepts connections
+// and a quorum of safekeepers streams from it, and returns the connection
+// string. progress gets one line per step. A running cluster only returns
+// its string; a partly running one is stopped and started again.
 func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error) {
+	if c.cfg.Storage.PageSource != config.PageSourceWriteback {
+		return "", fmt.Errorf("cluster: storage.page_source %q is not available yet: only writeback runs a compute today", c.cfg.Storage.PageSource)
+	}
 	if st, ok := c.Running(); ok {
 		progress("cluster already running (started " + st.Started + ")")
 		return c.URL()
 	}
-	// A half-running cluster (some process died) is stopped first, so
-	// that we start from a known state.
 	if st, err := c.readState(); err == nil {
 		progress("restarting a partly running cluster")
 		c.stopProcs(ctx, st)
@@ -189,74 +229,178 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err != nil {
 		return "", err
 	}
-	pg := c.postgres()
-	if !pg.Initialized() {
-		progress("initdb " + pg.DataDir)
-		if err := os.MkdirAll(filepath.Dir(pg.DataDir), 0o755); err != nil {
-			return "", err
-		}
-		if err := pg.InitDB(ctx, pgPW); err != nil {
-			return "", err
-		}
-	}
-	settings := map[string]string{
-		"wal_level":                 "replica",
-		"max_wal_senders":           "16",
-		"max_replication_slots":     "16",
-		"wal_sender_timeout":        "'30s'",
-		"synchronous_commit":        "on",
-		"synchronous_standby_names": "'" + c.syncStandbyNames() + "'",
-		"full_page_writes":          onOff(c.cfg.Compute.FullPageWrites),
-		"shared_buffers":            "'" + c.cfg.Compute.SharedBuffers + "'",
-	}
-	for k, v := range c.cfg.Compute.Settings {
-		settings[k] = v
-	}
-	if err := pg.Configure(settings); err != nil {
+	tl, err := c.timeline()
+	if err != nil {
 		return "", err
 	}
+	pgs := c.postgres()
 	st := &State{
 		DataDir:     c.dataDir,
 		ConfigPath:  c.cfg.Path,
-		PostgresDir: pg.DataDir,
-		Port:        pg.Port,
+		PostgresDir: pgs.DataDir,
+		Port:        pgs.Port,
+		Timeline:    tl.String(),
+		Pageserver:  c.pageserverAddr(),
+		Compute:     c.ComputeMetricsAddr(),
 		Started:     time.Now().UTC().Format(time.RFC3339),
 	}
-	progress(fmt.Sprintf("postgres on 127.0.0.1:%d (synchronous_standby_names = '%s')", pg.Port, c.syncStandbyNames()))
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if err := pg.Start(startCtx, pgPW); err != nil {
-		return "", err
-	}
-	if err := c.ensureReplUser(startCtx, pg, pgPW, replPW); err != nil {
-		c.stopProcs(ctx, st)
+	fail := func(err error) (string, error) {
+		c.stopProcs(context.WithoutCancel(ctx), st)
+		_ = os.Remove(c.statePath())
 		return "", err
 	}
 	for i, id := range c.safekeeperIDs() {
 		p, err := c.startSafekeeper(i, id, replPW)
 		if err != nil {
-			c.stopProcs(ctx, st)
-			return "", err
+			return fail(err)
 		}
 		st.Procs = append(st.Procs, p)
 		progress(fmt.Sprintf("safekeeper %s on %s (pid %d, log %s)", id, c.safekeeperAddr(i), p.PID, p.Log))
 	}
+	ps, err := c.startPageserver(ctx, tl)
+	if err != nil {
+		return fail(err)
+	}
+	st.Procs = append(st.Procs, ps)
+	progress(fmt.Sprintf("pageserver on %s (pid %d, log %s)", c.pageserverAddr(), ps.PID, ps.Log))
 	if err := c.writeState(st); err != nil {
-		c.stopProcs(ctx, st)
-		return "", err
+		return fail(err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := c.waitPageserver(startCtx, ps); err != nil {
+		return fail(err)
+	}
+	cp, err := c.startCompute(tl, pgPW, replPW)
+	if err != nil {
+		return fail(err)
+	}
+	st.Procs = append(st.Procs, cp)
+	if err := c.writeState(st); err != nil {
+		return fail(err)
+	}
+	progress(fmt.Sprintf("compute agent (pid %d, log %s): postgres on 127.0.0.1:%d, PGDATA %s on FUSE (timeline %s, synchronous_standby_names = '%s')",
+		cp.PID, cp.Log, pgs.Port, pgs.DataDir, tl, c.syncStandbyNames()))
+	if err := c.waitCompute(startCtx, cp); err != nil {
+		return fail(err)
 	}
 	progress(fmt.Sprintf("waiting for %d of %d safekeepers to stream", c.cfg.Cluster.Quorum, c.cfg.Cluster.Safekeepers))
-	if err := c.waitQuorum(startCtx, pg, pgPW, st); err != nil {
-		return "", err
+	if err := c.waitQuorum(startCtx, pgs, pgPW, st); err != nil {
+		return fail(err)
 	}
-	return pg.URL(pgPW, "postgres"), nil
+	return pgs.URL(pgPW, "postgres"), nil
 }
 
-func onOff(b bool) string {
-	if b {
-		return "on"
+// pageserverFollowsSafekeepers reports whether this strata's pageserver
+// takes --safekeepers (then it learns the commit LSN itself; otherwise the
+// compute agent feeds it).
+func (c *Cluster) pageserverFollowsSafekeepers() bool {
+	out, err := exec.Command(c.strata, "pageserver", "--help").CombinedOutput()
+	return err == nil && strings.Contains(string(out), "--safekeepers")
+}
+
+func (c *Cluster) safekeeperAddrs() []string {
+	addrs := make([]string, c.cfg.Cluster.Safekeepers)
+	for i := range addrs {
+		addrs[i] = c.safekeeperAddr(i)
 	}
-	return "off"
+	return addrs
+}
+
+func (c *Cluster) startPageserver(ctx context.Context, tl pg.TimelineID) (Proc, error) {
+	dir := filepath.Join(c.dataDir, "pageserver")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Proc{}, err
+	}
+	args := []string{"pageserver",
+		"--listen", c.pageserverAddr(),
+		"--data-dir", dir,
+		"--metrics-addr", c.metricsAddr(c.cfg.Cluster.Safekeepers),
+		"--image-policy", c.cfg.Storage.ImagePolicy,
+	}
+	if c.pageserverFollowsSafekeepers() {
+		args = append(args, "--safekeepers", strings.Join(c.safekeeperAddrs(), ","), "--timeline", tl.String())
+	}
+	if c.cfg.Path != "" {
+		args = append([]string{"--config", c.cfg.Path}, args...)
+	}
+	return startDetached("pageserver", c.strata, args, filepath.Join(dir, "pageserver.log"), nil)
+}
+
+// waitPageserver waits until the pageserver answers.
+func (c *Cluster) waitPageserver(ctx context.Context, p Proc) error {
+	cl, err := client.Dial(c.pageserverAddr())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := cl.ListTimelines(qctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !p.Alive() {
+			return fmt.Errorf("cluster: the pageserver exited; its log %s ends with:\n%s", p.Log, tail(p.Log, 2048))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: pageserver on %s does not answer: %v", c.pageserverAddr(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) computeDir() string { return filepath.Join(c.dataDir, "compute") }
+
+func (c *Cluster) readyFile() string { return filepath.Join(c.computeDir(), "ready") }
+
+func (c *Cluster) startCompute(tl pg.TimelineID, pgPW, replPW string) (Proc, error) {
+	dir := c.computeDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Proc{}, err
+	}
+	_ = os.Remove(c.readyFile())
+	args := []string{"compute",
+		"--pageserver", c.pageserverAddr(),
+		"--timeline", tl.String(),
+		"--safekeepers", strings.Join(c.safekeeperAddrs(), ","),
+		"--mountpoint", c.postgres().DataDir,
+		"--scratch", filepath.Join(dir, "scratch"),
+		"--port", strconv.Itoa(c.cfg.Compute.Port),
+		"--compute-id", "compute-" + strconv.Itoa(os.Getpid()),
+		"--repl-user", ReplUser,
+		"--ready-file", c.readyFile(),
+	}
+	if a := c.ComputeMetricsAddr(); a != "" {
+		args = append(args, "--metrics-addr", a)
+	}
+	if !c.pageserverFollowsSafekeepers() {
+		args = append(args, "--feed-commit")
+	}
+	if c.cfg.Path != "" {
+		args = append([]string{"--config", c.cfg.Path}, args...)
+	}
+	env := []string{"STRATA_COMPUTE_PASSWORD=" + pgPW, "STRATA_COMPUTE_REPL_PASSWORD=" + replPW}
+	return startDetached("compute", c.strata, args, filepath.Join(dir, "compute.log"), env)
+}
+
+// waitCompute waits until the agent reports Postgres ready (its ready file).
+func (c *Cluster) waitCompute(ctx context.Context, p Proc) error {
+	for {
+		if _, err := os.Stat(c.readyFile()); err == nil {
+			return nil
+		}
+		if !p.Alive() {
+			return fmt.Errorf("cluster: the compute agent exited; its log %s ends with:\n%s", p.Log, tail(p.Log, 4096))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: postgres not ready: %w (see %s)", ctx.Err(), p.Log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // checkPorts fails early, naming the key to change, when a port is taken.
@@ -271,37 +415,15 @@ func (c *Cluster) checkPorts() error {
 	if err := check("compute.port", c.cfg.Compute.Port); err != nil {
 		return err
 	}
+	if err := check("cluster.pageserver_port", c.cfg.Cluster.PageserverGRPCPort()); err != nil {
+		return err
+	}
 	for i := range c.safekeeperIDs() {
 		if err := check("cluster.safekeeper_port", c.cfg.Cluster.SafekeeperPort+i); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// ensureReplUser creates or updates the replication role. The session
-// commits locally: no safekeeper streams yet, so a synchronous commit
-// would wait for ever.
-func (c *Cluster) ensureReplUser(ctx context.Context, pg *postgres.Server, pgPW, replPW string) error {
-	conn, err := pgx.Connect(ctx, pg.URL(pgPW, "postgres"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
-		return err
-	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", ReplUser).Scan(&exists); err != nil {
-		return err
-	}
-	verb := "CREATE"
-	if exists {
-		verb = "ALTER"
-	}
-	// Identifiers and the password are ours (hex), so plain formatting is safe.
-	_, err = conn.Exec(ctx, fmt.Sprintf("%s ROLE %s LOGIN REPLICATION PASSWORD '%s'", verb, ReplUser, replPW))
-	return err
 }
 
 func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
@@ -325,8 +447,8 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 		// and a segment's bytes are the same on every safekeeper.
 		"--archive",
 	}
-	if c.cfg.Cluster.MetricsPort > 0 {
-		args = append(args, "--metrics-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.cfg.Cluster.MetricsPort+i)))
+	if a := c.metricsAddr(i); a != "" {
+		args = append(args, "--metrics-addr", a)
 	}
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)
@@ -375,16 +497,15 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
-// Down stops Postgres (fast shutdown), then the safekeepers, and removes
-// the state file. The data stays.
+// Down stops the compute agent (which stops Postgres with a fast shutdown,
+// whose checkpoint needs the safekeepers, and unmounts), then the
+// pageserver, then the safekeepers, and removes the state file. The data
+// stays.
 func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	st, err := c.readState()
 	if errors.Is(err, ErrNotRunning) {
-		if pid, _ := c.postgres().PID(); pid == 0 {
-			progress("not running")
-			return nil
-		}
-		st = &State{}
+		progress("not running")
+		return nil
 	} else if err != nil {
 		return err
 	}
@@ -398,13 +519,17 @@ func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	return err
 }
 
+// stopProcs stops the recorded processes in the reverse order of their
+// start: compute, pageserver, safekeepers.
 func (c *Cluster) stopProcs(ctx context.Context, st *State) error {
 	var errs []error
-	if err := c.postgres().Stop(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	for _, p := range st.Procs {
-		if err := p.Stop(30 * time.Second); err != nil {
+	for i := len(st.Procs) - 1; i >= 0; i-- {
+		p := st.Procs[i]
+		timeout := 30 * time.Second
+		if p.Name == "compute" {
+			timeout = 5 * time.Minute
+		}
+		if err := p.Stop(timeout); err != nil {
 			errs = append(errs, err)
 		}
 	}

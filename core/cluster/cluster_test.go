@@ -87,14 +87,13 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 	os.Chmod(dir, 0o755)
 	cfg := config.Default()
 	cfg.Cluster.DataDir = filepath.Join(dir, "state")
-	cfg.Cluster.SafekeeperPort = consecutiveFree(t, 3)
+	cfg.Cluster.SafekeeperPort = consecutiveFree(t, 4) // 3 safekeepers and the pageserver
 	cfg.Cluster.MetricsPort = 0
 	cfg.Compute.Port = freePorts(t, 1)[0]
-	cfg.Compute.SharedBuffers = "32MB"
 	cfg.ObjectStore.FS.Root = filepath.Join(dir, "objects")
 	cfgPath := filepath.Join(dir, "strata.yaml")
 	y := "cluster:\n  data_dir: " + cfg.Cluster.DataDir + "\n  safekeeper_port: " + itoa(cfg.Cluster.SafekeeperPort) +
-		"\n  metrics_port: 0\ncompute:\n  port: " + itoa(cfg.Compute.Port) + "\n  shared_buffers: 32MB\nobjectstore:\n  fs:\n    root: " + cfg.ObjectStore.FS.Root + "\n"
+		"\n  metrics_port: 0\ncompute:\n  port: " + itoa(cfg.Compute.Port) + "\n  memory_budget: 256MB\nobjectstore:\n  fs:\n    root: " + cfg.ObjectStore.FS.Root + "\n"
 	if err := os.WriteFile(cfgPath, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,18 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stratadb/strata/core/compute/agent"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -30,6 +35,23 @@ type Status struct {
 	PostgresPID int
 	CurrentLSN  pg.LSN // pg_current_wal_lsn()
 	Procs       []ProcStatus
+	// Safekeepers as they report themselves: term, flush and commit LSN.
+	Safekeepers []SafekeeperStatus
+	// Pageserver: the timeline's LSNs (zero when it does not answer).
+	Timeline          string
+	PageserverLast    pg.LSN // last record
+	PageserverDurable pg.LSN
+	PageserverRemote  pg.LSN // remote consistent (in the object store)
+	// Compute is the agent's report (nil when it does not answer).
+	Compute *agent.Report
+}
+
+// SafekeeperStatus is one safekeeper's own view.
+type SafekeeperStatus struct {
+	Name                string
+	Term                uint64
+	FlushLSN, CommitLSN pg.LSN
+	Err                 string
 }
 
 // Status reads the state file, checks each process and asks Postgres for
@@ -49,6 +71,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	for i := range s.Procs {
 		byName[s.Procs[i].Name] = &s.Procs[i]
 	}
+	c.storageStatus(ctx, st, s)
 	if s.PostgresPID == 0 {
 		return s, nil
 	}
@@ -91,9 +114,66 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	return s, nil
 }
 
+// storageStatus asks the safekeepers, the pageserver and the compute agent.
+func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i, id := range c.safekeeperIDs() {
+		ss := SafekeeperStatus{Name: id}
+		if cl, err := server.Dial(c.safekeeperAddr(i)); err != nil {
+			ss.Err = err.Error()
+		} else {
+			if r, err := cl.Status(qctx); err != nil {
+				ss.Err = err.Error()
+			} else {
+				ss.Term, ss.FlushLSN, ss.CommitLSN = r.Term, r.FlushLSN, r.CommitLSN
+			}
+			cl.Close()
+		}
+		s.Safekeepers = append(s.Safekeepers, ss)
+	}
+	s.Timeline = st.Timeline
+	if tl, err := pg.ParseTimelineID(st.Timeline); err == nil && st.Pageserver != "" {
+		if cl, err := client.Dial(st.Pageserver); err == nil {
+			if tls, err := cl.ListTimelines(qctx); err == nil {
+				for _, t := range tls {
+					if t.ID == tl {
+						s.PageserverLast, s.PageserverDurable, s.PageserverRemote = t.LSNs.LastRecord, t.LSNs.Durable, t.LSNs.RemoteConsistent
+					}
+				}
+			}
+			cl.Close()
+		}
+	}
+	if st.Compute != "" {
+		req, _ := http.NewRequestWithContext(qctx, http.MethodGet, "http://"+st.Compute+"/waits", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			var r agent.Report
+			if json.NewDecoder(resp.Body).Decode(&r) == nil {
+				s.Compute = &r
+			}
+			resp.Body.Close()
+		}
+	}
+}
+
 // Print writes the status as a table.
 func (s *Status) Print(w io.Writer) {
 	fmt.Fprintf(w, "postgres  %s  pid %d  current_lsn %s\n", s.URLRedacted, s.PostgresPID, s.CurrentLSN)
+	if r := s.Compute; r != nil {
+		fmt.Fprintf(w, "compute   %s  term %d  E %s  W %s  durable %s  restarts %d  last start %s  cache %s\n",
+			r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Strategy)
+	}
+	if s.Timeline != "" {
+		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote)
+	}
+	for _, k := range s.Safekeepers {
+		if k.Err != "" {
+			fmt.Fprintf(w, "safekeeper %s  unreachable: %s\n", k.Name, k.Err)
+			continue
+		}
+		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  commit %s  commit_lag %d B\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN, max(0, int64(s.CurrentLSN)-int64(k.CommitLSN)))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tALIVE\tSTATE\tSYNC\tWRITE_LSN\tFLUSH_LSN\tFLUSH_LAG")
 	for _, p := range s.Procs {
