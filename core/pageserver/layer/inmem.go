@@ -38,6 +38,8 @@ type InMem struct {
 	w     *bufio.Writer
 
 	mu      sync.RWMutex
+	data    [][]byte               // chunks holding the versions' Data (from chunkPool)
+	removed bool                   // Remove returned the chunks: reads fail with ErrClosed
 	vers    chunked                // every version, in arrival order
 	heads   map[keyspace.Key]int32 // newest version of each key
 	bytes   int64
@@ -101,7 +103,7 @@ func (m *InMem) replay() (int64, error) {
 		v.LSN = pg.LSN(binary.BigEndian.Uint64(body[p:]))
 		v.Seq = binary.BigEndian.Uint64(body[p+8:])
 		v.Kind = Kind(body[p+16])
-		v.Data = body[logFixed:]
+		v.Data = m.keep(body[logFixed:])
 		m.insert(v)
 		off += logHeader + int64(n)
 	}
@@ -138,10 +140,68 @@ func (m *InMem) PutBatch(vs []Version) error {
 	}
 	m.mu.Lock()
 	for _, v := range vs {
+		v.Data = m.keep(v.Data)
 		m.insert(v)
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// keep copies d into the layer's chunks. REQUIRES: m.mu held (or no
+// concurrency yet).
+func (m *InMem) keep(d []byte) []byte {
+	if len(d) == 0 {
+		return d[:0:0]
+	}
+	if len(d) > dataChunk/4 {
+		return append([]byte(nil), d...)
+	}
+	if n := len(m.data); n == 0 || cap(m.data[n-1])-len(m.data[n-1]) < len(d) {
+		m.data = append(m.data, chunkPool.get())
+	}
+	c := &m.data[len(m.data)-1]
+	off := len(*c)
+	*c = append(*c, d...)
+	return (*c)[off : off+len(d) : off+len(d)]
+}
+
+// chunkPool recycles the memory in-memory layers copy version data into.
+// Ingest writes hundreds of megabytes through short-lived in-memory
+// layers; allocating that afresh each time made the kernel fault in every
+// page again (here about 150 MB/s, the ceiling of WAL ingest), while
+// recycled chunks are already mapped. It keeps at most maxFreeChunks.
+var chunkPool = &chunks{}
+
+const (
+	dataChunk     = 1 << 20
+	maxFreeChunks = 256
+)
+
+type chunks struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+func (p *chunks) get() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		c := p.free[n-1]
+		p.free = p.free[:n-1]
+		return c[:0]
+	}
+	return make([]byte, 0, dataChunk)
+}
+
+func (p *chunks) put(cs [][]byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		if len(p.free) >= maxFreeChunks {
+			return
+		}
+		p.free = append(p.free, c[:0])
+	}
 }
 
 // appendLog writes one log record. REQUIRES: m.logMu held.
@@ -249,7 +309,8 @@ func (m *InMem) Freeze() error {
 }
 
 // Versions appends to out the versions of k with LSN <= upto, oldest first.
-// The Data slices are shared: callers must not modify them.
+// The Data slices are shared: callers must not modify them, nor use them
+// after Remove (readers use ReadVersions).
 func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -273,19 +334,26 @@ func (m *InMem) Versions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
 // layer: the versions with LSN <= upto from the newest base version
 // (image, will_init, tombstone) on, or all of them when none is a base,
 // oldest first. Unlike Versions its cost does not grow with the key's
-// older history. The Data slices are shared: callers must not modify them.
-func (m *InMem) ReadVersions(out []Version, k keyspace.Key, upto pg.LSN) []Version {
+// older history, and the Data slices are copies that the caller owns. It
+// fails with ErrClosed once the layer was removed (its versions are in
+// layer files by then: read those).
+func (m *InMem) ReadVersions(out []Version, k keyspace.Key, upto pg.LSN) ([]Version, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if m.removed {
+		return out, ErrClosed
+	}
 	h, ok := m.heads[k]
 	if !ok {
-		return out
+		return out, nil
 	}
 	n := len(out)
 	for cur := h; cur >= 0; {
 		nd := m.vers.at(cur)
 		if nd.v.LSN <= upto {
-			out = append(out, nd.v)
+			v := nd.v
+			v.Data = append([]byte(nil), v.Data...)
+			out = append(out, v)
 			if nd.v.Kind.IsBase() {
 				break
 			}
@@ -293,7 +361,7 @@ func (m *InMem) ReadVersions(out []Version, k keyspace.Key, upto pg.LSN) []Versi
 		cur = nd.older
 	}
 	slices.Reverse(out[n:])
-	return out
+	return out, nil
 }
 
 // Keys calls fn for every key in r that has a version at or below upto,
@@ -331,6 +399,7 @@ func (m *InMem) Empty() bool {
 }
 
 // Sorted returns every version in (Key, LSN, Seq) order. REQUIRES: frozen.
+// The Data slices are shared and valid until Remove.
 func (m *InMem) Sorted() []Version {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -363,10 +432,24 @@ func (m *InMem) Close() error {
 	return err
 }
 
+// Release returns the layer's memory for reuse by other in-memory
+// layers: reads fail with ErrClosed afterwards. The timeline calls it for
+// layers it will not read again (closed at shutdown; Remove does it too).
+func (m *InMem) Release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.removed {
+		m.removed = true
+		chunkPool.put(m.data)
+		m.data = nil
+	}
+}
+
 // Remove closes and deletes the log file. Call it once the layer's
 // contents are durable elsewhere (in flushed layer files).
 func (m *InMem) Remove() error {
 	err := m.Close()
+	m.Release()
 	if rerr := os.Remove(m.path); rerr != nil && !os.IsNotExist(rerr) {
 		err = errors.Join(err, rerr)
 	}

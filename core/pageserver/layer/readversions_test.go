@@ -2,6 +2,7 @@ package layer
 
 import (
 	"bytes"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -60,7 +61,11 @@ func TestReadVersions(t *testing.T) {
 	}
 	for _, c := range cases {
 		var got, gotFile []pg.LSN
-		for _, v := range m.ReadVersions(nil, k, c.upto) {
+		vs, err := m.ReadVersions(nil, k, c.upto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
 			got = append(got, v.LSN)
 		}
 		for _, e := range r.ReadVersions(k, c.upto) {
@@ -69,6 +74,46 @@ func TestReadVersions(t *testing.T) {
 		if !equalLSNs(got, c.want) || !equalLSNs(gotFile, c.want) {
 			t.Errorf("upto %d: in memory %v, file %v, want %v", c.upto, got, gotFile, c.want)
 		}
+	}
+}
+
+// TestRemovedInMem checks that a removed in-memory layer (its chunks
+// recycled) refuses reads, and that data read before stays intact.
+func TestRemovedInMem(t *testing.T) {
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 2, Block: 3})
+	m, err := OpenInMem(filepath.Join(t.TempDir(), "log"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := []byte("image")
+	if err := m.PutBatch([]Version{{Key: k, LSN: 10, Seq: 1, Kind: Image, Data: src}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(src, "XXXXX") // the caller may reuse its buffer
+	got, err := m.ReadVersions(nil, k, 100)
+	if err != nil || len(got) != 1 || string(got[0].Data) != "image" {
+		t.Fatalf("read %v, %v", got, err)
+	}
+	if err := m.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	// Another layer reuses the chunk.
+	m2, err := OpenInMem(filepath.Join(t.TempDir(), "log2"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if err := m2.PutBatch([]Version{{Key: k, LSN: 20, Seq: 2, Kind: Image, Data: []byte("other")}}); err != nil {
+		t.Fatal(err)
+	}
+	if string(got[0].Data) != "image" {
+		t.Fatalf("data read before Remove changed to %q", got[0].Data)
+	}
+	if _, err := m.ReadVersions(nil, k, 100); !errors.Is(err, ErrClosed) {
+		t.Fatalf("read of a removed layer: %v", err)
 	}
 }
 

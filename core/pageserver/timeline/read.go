@@ -64,7 +64,16 @@ func (t *Timeline) collectOnce(ctx context.Context, k keyspace.Key, upto pg.LSN)
 	}
 	var vs []layer.Version
 	for _, m := range s.mems {
-		vs = m.ReadVersions(vs[:0], k, upto)
+		var err error
+		vs, err = m.ReadVersions(vs[:0], k, upto)
+		if errors.Is(err, layer.ErrClosed) {
+			// Flushed and removed since the snapshot: a fresh snapshot
+			// has its layer files.
+			return nil, 0, errLayerGone
+		}
+		if err != nil {
+			return nil, 0, err
+		}
 		for _, v := range vs {
 			cs = append(cs, cand{v: v})
 		}

@@ -498,8 +498,10 @@ func (t *Timeline) Close() error {
 	defer t.mu.Unlock()
 	var errs []error
 	errs = append(errs, t.open.Close())
+	t.open.Release()
 	for _, f := range t.frozen {
 		errs = append(errs, f.Close())
+		f.Release()
 	}
 	for _, h := range t.layers.All() {
 		h.close()

@@ -14,7 +14,9 @@ import (
 
 // Change is one new version of a key: the unit of Put and Ingest. For a
 // page write in writeback mode, LSN is W (the compute's WAL position) and
-// Kind is layer.Image. Data is owned by the timeline after the call.
+// Kind is layer.Image. Data must not be modified during the call; Ingest
+// and IngestBuffered copy it (the caller may reuse it afterwards), Put and
+// PutPages may keep it (a gated version waits in memory as it is).
 type Change struct {
 	Key  keyspace.Key
 	LSN  pg.LSN

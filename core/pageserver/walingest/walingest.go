@@ -82,11 +82,17 @@ func DecodeDelta(b []byte) (redo.Record, error) {
 	return redo.Record{LSN: pg.LSN(binary.BigEndian.Uint64(b)), EndLSN: pg.LSN(binary.BigEndian.Uint64(b[8:])), Data: b[16:]}, nil
 }
 
-// arena hands out byte slices carved from large chunks: the values of
-// ingested versions live as long as their in-memory layer, so one chunk
-// per megabyte replaces thousands of small allocations. A nil arena
+// arena hands out byte slices carved from large chunks, and hands the
+// same memory out again after reset: the timeline copies what it ingests
+// (layer.InMem keeps its own copy), so the record copies and restored
+// images of a batch are garbage once the batch is applied. Reusing them
+// avoids faulting fresh pages in for every megabyte of WAL. A nil arena
 // allocates each slice on its own. Not safe for concurrent use.
-type arena struct{ buf []byte }
+type arena struct {
+	chunks [][]byte
+	next   int    // index of the next chunk to use
+	buf    []byte // the free tail of the current chunk
+}
 
 const arenaChunk = 1 << 20
 
@@ -95,12 +101,20 @@ func (a *arena) alloc(n int) []byte {
 		return make([]byte, n)
 	}
 	if len(a.buf) < n {
-		a.buf = make([]byte, arenaChunk)
+		if a.next == len(a.chunks) {
+			a.chunks = append(a.chunks, make([]byte, arenaChunk))
+		}
+		a.buf = a.chunks[a.next]
+		a.next++
 	}
 	b := a.buf[:n:n]
 	a.buf = a.buf[n:]
 	return b
 }
+
+// reset makes all the arena's memory available again. REQUIRES: no slice
+// it handed out is used any more.
+func (a *arena) reset() { a.next, a.buf = 0, nil }
 
 // zeroPage is a shared all-zero page: versions must not be modified, so
 // every zeroed image can use it.
@@ -346,6 +360,8 @@ func (a *applier) flush(ctx context.Context) error {
 	}
 	clear(a.batch) // drop references to the records' data
 	a.batch = a.batch[:0]
+	// The timeline copied the versions' data: the arena's memory is free.
+	a.ar.reset()
 	clear(a.sizes)
 	if a.dueSync() {
 		if err := a.sync(); err != nil {
