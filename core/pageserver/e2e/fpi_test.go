@@ -54,7 +54,8 @@ func ingestAndBranch(t *testing.T, policy string) {
 	}})
 	srv.Stop()
 	w0 := controlCheckpoint(t, srv.DataDir)
-	sks := startSafekeepers(t, srv.Port)
+	nodes := startSafekeeperNodes(t, srv.Port)
+	sks := []string{nodes[0].addr, nodes[1].addr, nodes[2].addr}
 
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -109,6 +110,19 @@ func ingestAndBranch(t *testing.T, policy string) {
 	if l.Commit < wEnd {
 		t.Fatalf("timeline LSNs %+v: commit LSN below %s", l, wEnd)
 	}
+
+	// The safekeeper the ingest streams from got the pageserver's
+	// positions back (what lets it drop WAL once archived).
+	consumer := "pageserver-" + tlID.String()
+	waitFor(t, 30*time.Second, "consumer feedback at a safekeeper", func() bool {
+		for _, n := range nodes {
+			if fb, ok := n.n.ConsumerProgress(consumer); ok && fb.Received >= wEnd && fb.Durable > w0 {
+				t.Logf("feedback of %s at %s: received %s, durable %s, uploaded %s", consumer, n.addr, fb.Received, fb.Durable, fb.Uploaded)
+				return true
+			}
+		}
+		return false
+	})
 
 	// 1. Pages equal Postgres' own, masked.
 	n := comparePages(t, h.c, tlID, srv.DataDir, rels, client.LatestLSN, 1)

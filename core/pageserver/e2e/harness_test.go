@@ -60,28 +60,43 @@ func mustLSN(t *testing.T, s string) pg.LSN {
 	return l
 }
 
+// skNode is an in-process safekeeper.
+type skNode struct {
+	addr string
+	n    *safekeeper.Node
+	stop func() // idempotent
+}
+
 // startSafekeepers runs three in-process safekeepers that stream from the
 // Postgres on 127.0.0.1:pgPort (as application names sk1..sk3, peers of
 // each other) and returns their gRPC addresses. They stop at cleanup.
 func startSafekeepers(t testing.TB, pgPort int) []string {
-	t.Helper()
 	var addrs []string
-	for i := 0; i < 3; i++ {
-		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t)))
+	for _, n := range startSafekeeperNodes(t, pgPort) {
+		addrs = append(addrs, n.addr)
 	}
+	return addrs
+}
+
+func startSafekeeperNodes(t testing.TB, pgPort int) []*skNode {
+	t.Helper()
+	var nodes []*skNode
 	for i := 0; i < 3; i++ {
+		nodes = append(nodes, &skNode{addr: fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))})
+	}
+	for i, sk := range nodes {
 		cfg := safekeeper.DefaultConfig()
 		cfg.ID = fmt.Sprintf("sk%d", i+1)
 		cfg.DataDir = t.TempDir()
-		cfg.ListenAddr = addrs[i]
+		cfg.ListenAddr = sk.addr
 		cfg.Postgres = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", pgPort)
 		cfg.StatusInterval = 100 * time.Millisecond
 		cfg.ReconnectDelay = 100 * time.Millisecond
 		cfg.ControlSyncInterval = 200 * time.Millisecond
 		cfg.VerifyOnStart = false
-		for j, a := range addrs {
+		for j, o := range nodes {
 			if j != i {
-				cfg.Peers = append(cfg.Peers, a)
+				cfg.Peers = append(cfg.Peers, o.addr)
 			}
 		}
 		n, err := safekeeper.New(cfg, safekeeper.Deps{Logger: testLog(t).With().Str("sk", cfg.ID).Logger()})
@@ -94,9 +109,11 @@ func startSafekeepers(t testing.TB, pgPort int) []string {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { n.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		sk.n = n
+		sk.stop = func() { cancel(); <-done }
+		t.Cleanup(sk.stop)
 	}
-	return addrs
+	return nodes
 }
 
 // syncConf is the Postgres setting that makes commits wait for two of the
