@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
@@ -223,7 +224,9 @@ func benchIngest(b *testing.B, walDir string, start pg.LSN) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		tl, _ := newTimeline(b)
+		// As in a pageserver: the background loop flushes in-memory
+		// layers (every 100 ms here) while ingest goes on.
+		tl, _ := openTimeline(b, timeline.Options{BackgroundInterval: 100 * time.Millisecond})
 		src, err := wal.OpenDir(walDir)
 		if err != nil {
 			b.Fatal(err)

@@ -389,7 +389,12 @@ func rolledBackTable(t testing.TB, srv *pgtest.Server, db uint64) droppedRel {
 }
 
 func newTimeline(t testing.TB) (*timeline.Timeline, *recFeedback) {
-	tl, err := timeline.Open(context.Background(), pg.TimelineID{1}, t.TempDir(), timeline.Options{NoBackground: true}, timeline.Deps{
+	return openTimeline(t, timeline.Options{NoBackground: true})
+}
+
+// openTimeline opens a timeline with the fpi policy and the Go redo engine.
+func openTimeline(t testing.TB, o timeline.Options) (*timeline.Timeline, *recFeedback) {
+	tl, err := timeline.Open(context.Background(), pg.TimelineID{1}, t.TempDir(), o, timeline.Deps{
 		Log: zerolog.Nop(), Commit: &timeline.CommitLSN{}, Policy: timeline.FPIPolicy{},
 		Redo: Redo{Engine: postgres.NewEngine(postgres.Options{})},
 	})
