@@ -107,13 +107,14 @@ func BenchmarkReadAmplification(b *testing.B) {
 	tl, ks := readAmpTimeline(b, 4000, 32)
 	ctx := context.Background()
 	run := func(b *testing.B) {
-		b.ReportMetric(layersPerRead(b, tl, ks), "layers/read")
+		amp := layersPerRead(b, tl, ks)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if _, err := tl.Get(ctx, ks[i%len(ks)], LatestLSN); err != nil {
 				b.Fatal(err)
 			}
 		}
+		b.ReportMetric(amp, "layers/read")
 	}
 	b.Run("l0", run)
 	if err := tl.Compact(ctx, true); err != nil {
