@@ -31,6 +31,7 @@ func newPageserverCmd() *cobra.Command {
 	var safekeepers []string
 	var boundTL string
 	var fastPoll time.Duration
+	var bootFrom string
 	cmd := &cobra.Command{
 		Use:   "pageserver",
 		Short: "Serve versioned pages (GetPage@LSN) from layer files synced to the object store",
@@ -82,11 +83,13 @@ commit LSN from the AdvanceCommitLSN call.`,
 				defer st.Close()
 				store = st
 			}
-			o := service.Options{Config: cfg, Store: store, Log: log, Registry: reg, Safekeepers: safekeepers, SafekeeperPoll: fastPoll}
-			if len(safekeepers) > 0 || boundTL != "" {
-				if len(safekeepers) == 0 || boundTL == "" {
-					return fmt.Errorf("--safekeepers and --timeline go together")
+			o := service.Options{Config: cfg, Store: store, Log: log, Registry: reg, Safekeepers: safekeepers, SafekeeperPoll: fastPoll, BootstrapFrom: bootFrom}
+			if len(safekeepers) > 0 || bootFrom != "" {
+				if boundTL == "" {
+					return fmt.Errorf("--safekeepers and --bootstrap-from need --timeline")
 				}
+			}
+			if boundTL != "" {
 				if o.Timeline, err = pg.ParseTimelineID(boundTL); err != nil {
 					return fmt.Errorf("--timeline: %w", err)
 				}
@@ -113,6 +116,7 @@ commit LSN from the AdvanceCommitLSN call.`,
 	f.BoolVar(&noStore, "no-object-store", false, "run without an object store (nothing survives the loss of the data directory)")
 	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of the safekeeper group (host:port,host:port,...) bound to --timeline")
 	f.StringVar(&boundTL, "timeline", "", "timeline ID bound to --safekeepers (commit LSN; WAL ingest with fpi and pushdown)")
+	f.StringVar(&bootFrom, "bootstrap-from", "", "a cleanly stopped data directory (initdb's output) imported into --timeline at its checkpoint LSN unless done already: the base WAL ingest starts from")
 	f.DurationVar(&fastPoll, "safekeeper-poll", 2*time.Millisecond, "safekeeper status poll interval while page writes wait for the commit LSN")
 	return cmd
 }

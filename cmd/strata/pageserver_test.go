@@ -79,7 +79,7 @@ func TestPageserverCommandKill9(t *testing.T) {
 	bin := buildStrata(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "ps")
-	if _, e, code := run(t, bin, dir, nil, "pageserver", "--no-object-store", "--data-dir", data, "--safekeepers", "127.0.0.1:1"); code == 0 || !strings.Contains(e, "go together") {
+	if _, e, code := run(t, bin, dir, nil, "pageserver", "--no-object-store", "--data-dir", data, "--safekeepers", "127.0.0.1:1"); code == 0 || !strings.Contains(e, "need --timeline") {
 		t.Fatalf("--safekeepers alone: exit %d, %q", code, e)
 	}
 	if _, e, code := run(t, bin, dir, nil, "pageserver", "--no-object-store", "--data-dir", data, "--safekeepers", "127.0.0.1:1", "--timeline", "nothex"); code == 0 {

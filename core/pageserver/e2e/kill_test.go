@@ -251,11 +251,12 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	sks := startSafekeepers(t, srv.Port)
 	storeDir, psDir := t.TempDir(), t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
+	// Every run names the bootstrap folder: only the first imports it.
 	common := []string{"--data-dir", psDir, "--listen", addr, "--store", storeDir,
-		"--safekeepers", strings.Join(sks, ","), "--timeline", tlID.String()}
+		"--safekeepers", strings.Join(sks, ","), "--timeline", tlID.String(), "--bootstrap-from", srv.DataDir}
 
 	var mu sync.Mutex // guards cur
-	cur := startProc(t, "ps1.log", append(common, "--bootstrap-from", srv.DataDir, "--bootstrap-lsn", w0.String(), "--faults-for", "4s", "--fault-seed", "1")...)
+	cur := startProc(t, "ps1.log", append(common, "--faults-for", "4s", "--fault-seed", "1")...)
 	srv.Launch()
 	waitFor(t, 60*time.Second, "the base durable and ingest running", func() bool {
 		i := cur.info(t)
@@ -329,6 +330,12 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	p2 := startProc(t, "ps2.log", append(common, "--faults-for", "3s", "--fault-seed", "2")...)
 	if p2.inc == old.inc {
 		t.Fatal("same incarnation after a restart")
+	}
+	if _, err := os.Stat(filepath.Join(psDir, "bootstrap-"+tlID.String()+".done")); err != nil {
+		t.Fatalf("bootstrap marker: %v", err)
+	}
+	if b, _ := os.ReadFile(p2.log); bytes.Contains(b, []byte("timeline bootstrapped")) {
+		t.Fatal("the restarted pageserver imported the bootstrap folder again")
 	}
 	mu.Lock()
 	cur = p2

@@ -10,8 +10,12 @@ package service
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,15 +41,89 @@ type Options struct {
 	// Registry receives the metrics (nil: a new one); served on
 	// Config.MetricsAddr when set.
 	Registry *prometheus.Registry
-	// Safekeepers and Timeline bind that timeline to the safekeeper group
-	// (both or neither).
+	// Safekeepers bind Timeline to the safekeeper group (none: Timeline
+	// only names the timeline to bootstrap).
 	Safekeepers []string
 	Timeline    pg.TimelineID
 	// SafekeeperPoll is the status poll interval while page writes wait
 	// for the commit LSN (0: sklink's default).
 	SafekeeperPoll time.Duration
+	// BootstrapFrom, with Timeline set, is a cleanly stopped data
+	// directory (initdb's output) imported into Timeline at its shutdown
+	// checkpoint LSN when Timeline does not exist yet: the base from which
+	// WAL ingest starts (fpi, pushdown) or that a first compute starts from
+	// (writeback).
+	BootstrapFrom string
 	// Ready (may be nil) is called with the gRPC address once serving.
 	Ready func(addr string, ps *pageserver.Pageserver)
+}
+
+// ErrBootstrap: the bootstrap data directory cannot be used.
+var ErrBootstrap = errors.New("service: bad bootstrap data directory")
+
+// ControlCheckpoint reads the checkpoint LSN of a cleanly shut down
+// PostgreSQL 15 data directory from global/pg_control.
+func ControlCheckpoint(dir string) (pg.LSN, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "global", "pg_control"))
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrBootstrap, err)
+	}
+	// ControlFileData: system_identifier u64, pg_control_version u32,
+	// catalog_version_no u32, state i32 (+4 padding), time i64,
+	// checkPoint u64 at 32 (little-endian on the platforms strata runs on).
+	if len(b) < 40 {
+		return 0, fmt.Errorf("%w: pg_control of %d bytes", ErrBootstrap, len(b))
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != 1300 {
+		return 0, fmt.Errorf("%w: pg_control_version %d, want 1300 (PostgreSQL 15)", ErrBootstrap, v)
+	}
+	if st := binary.LittleEndian.Uint32(b[16:]); st != 1 { // DB_SHUTDOWNED
+		return 0, fmt.Errorf("%w: the cluster was not shut down cleanly (state %d)", ErrBootstrap, st)
+	}
+	return pg.LSN(binary.LittleEndian.Uint64(b[32:])), nil
+}
+
+// bootstrap imports o.BootstrapFrom into o.Timeline unless that was done:
+// a marker file (bootstrap-<timeline>.done in the data directory) is
+// written once the imported versions are durable (the commit LSN reached
+// the checkpoint), and a timeline whose last record is past the
+// checkpoint has ingested or taken writes after its base. Until then an
+// interrupted import is redone (the same versions at the same LSN). It
+// returns a function that writes the marker when the base is durable.
+func bootstrap(ctx context.Context, ps *pageserver.Pageserver, o Options) (func(context.Context), error) {
+	marker := filepath.Join(o.Config.DataDir, "bootstrap-"+o.Timeline.String()+".done")
+	if _, err := os.Stat(marker); err == nil {
+		return nil, nil
+	}
+	w, err := ControlCheckpoint(o.BootstrapFrom)
+	if err != nil {
+		return nil, err
+	}
+	tl, err := ps.Timeline(o.Timeline)
+	if err == nil && tl.LSNs().LastRecord > w {
+		return nil, nil
+	}
+	if err != nil {
+		if tl, err = ps.CreateTimeline(ctx, o.Timeline); err != nil {
+			return nil, err
+		}
+	}
+	if err := pageserver.ImportDataDir(ctx, tl, o.BootstrapFrom, w); err != nil {
+		return nil, fmt.Errorf("service: importing %s: %w", o.BootstrapFrom, err)
+	}
+	o.Log.Info().Stringer("timeline", o.Timeline).Str("from", o.BootstrapFrom).Stringer("lsn", w).Msg("timeline bootstrapped from a data directory")
+	return func(ctx context.Context) {
+		for tl.LSNs().Durable < w || tl.LSNs().Pending > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err := os.WriteFile(marker, []byte(w.String()+"\n"), 0o644); err != nil {
+			o.Log.Error().Err(err).Msg("writing the bootstrap marker")
+		}
+	}, nil
 }
 
 // Run serves until ctx ends (then stops gracefully, at most 5 s) or the
@@ -66,7 +144,7 @@ func Run(ctx context.Context, o Options) error {
 		deps.Redo = walingest.Redo{Engine: postgres.NewEngine(postgres.Options{})}
 	}
 	var link *sklink.Link
-	if len(o.Safekeepers) > 0 || !o.Timeline.IsZero() {
+	if len(o.Safekeepers) > 0 {
 		var err error
 		link, err = sklink.New(sklink.Config{Safekeepers: o.Safekeepers, Timeline: o.Timeline, FastPoll: o.SafekeeperPoll},
 			sklink.Options{Ingest: cfg.ImagePolicy != "writeback"}, log, reg)
@@ -83,6 +161,28 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer ps.Close()
+	// Before the link starts: ingest must not see the timeline half
+	// imported.
+	var markDone func(context.Context)
+	if o.BootstrapFrom != "" {
+		if o.Timeline.IsZero() {
+			err = fmt.Errorf("%w: bootstrap needs a timeline", ErrBootstrap)
+		} else {
+			markDone, err = bootstrap(ctx, ps, o)
+		}
+		if err != nil {
+			if link != nil {
+				link.Close()
+			}
+			return err
+		}
+	}
+	if markDone != nil {
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { markDone(mctx); close(done) }()
+		defer func() { stop(); <-done }()
+	}
 	if link != nil {
 		lctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})

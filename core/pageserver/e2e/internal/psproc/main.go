@@ -2,7 +2,7 @@
 // code `strata pageserver` runs) over an fs object store that can inject
 // faults, for the end-to-end tests that kill -9 a pageserver process. It
 // can bootstrap the bound timeline from a stopped data directory (initdb's
-// output) the first time. Tests only.
+// output) the first time (--bootstrap-from). Tests only.
 package main
 
 import (
@@ -28,9 +28,9 @@ import (
 func main() {
 	cfg := pageserver.DefaultConfig()
 	var (
-		storeDir, sks, tl, bootDir, bootLSN string
-		faultFor                            time.Duration
-		seed                                uint64
+		storeDir, sks, tl, bootDir string
+		faultFor                   time.Duration
+		seed                       uint64
 	)
 	flag.StringVar(&cfg.DataDir, "data-dir", "", "local data directory")
 	flag.StringVar(&cfg.ListenAddr, "listen", "127.0.0.1:0", "gRPC address")
@@ -41,21 +41,20 @@ func main() {
 	flag.StringVar(&storeDir, "store", "", "fs object store root")
 	flag.StringVar(&sks, "safekeepers", "", "safekeeper addresses (comma separated; empty: no link)")
 	flag.StringVar(&tl, "timeline", "", "bound timeline")
-	flag.StringVar(&bootDir, "bootstrap-from", "", "import this stopped data directory into a new timeline")
-	flag.StringVar(&bootLSN, "bootstrap-lsn", "", "... at this LSN (its checkpoint)")
+	flag.StringVar(&bootDir, "bootstrap-from", "", "import this cleanly stopped data directory into the timeline (service.Options.BootstrapFrom)")
 	flag.DurationVar(&faultFor, "faults-for", 0, "inject object store faults (errors, latency) for this long after start")
 	flag.Uint64Var(&seed, "fault-seed", 1, "fault generator seed")
 	flag.Parse()
 	cfg.MetricsAddr = ""
 	cfg.GCHorizon = 1 << 40
 	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
-	if err := run(cfg, storeDir, sks, tl, bootDir, bootLSN, faultFor, seed, log); err != nil {
+	if err := run(cfg, storeDir, sks, tl, bootDir, faultFor, seed, log); err != nil {
 		log.Error().Err(err).Msg("psproc")
 		os.Exit(1)
 	}
 }
 
-func run(cfg pageserver.Config, storeDir, sks, tl, bootDir, bootLSN string, faultFor time.Duration, seed uint64, log zerolog.Logger) error {
+func run(cfg pageserver.Config, storeDir, sks, tl, bootDir string, faultFor time.Duration, seed uint64, log zerolog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	fst, err := fs.New(fs.Config{Root: storeDir}, log)
@@ -82,44 +81,17 @@ func run(cfg pageserver.Config, storeDir, sks, tl, bootDir, bootLSN string, faul
 	}
 	st = objectstore.WithRetry(st, objectstore.DefaultRetryPolicy(), log)
 	defer st.Close()
-	o := service.Options{Config: cfg, Store: st, Log: log}
-	var id pg.TimelineID
+	o := service.Options{Config: cfg, Store: st, Log: log, BootstrapFrom: bootDir}
 	if tl != "" {
-		if id, err = pg.ParseTimelineID(tl); err != nil {
+		if o.Timeline, err = pg.ParseTimelineID(tl); err != nil {
 			return err
 		}
 	}
 	if sks != "" {
-		o.Safekeepers, o.Timeline = strings.Split(sks, ","), id
+		o.Safekeepers = strings.Split(sks, ",")
 	}
-	var bootErr error
 	o.Ready = func(addr string, ps *pageserver.Pageserver) {
-		if bootDir != "" {
-			if _, err := ps.Timeline(id); err != nil {
-				bootErr = bootstrap(ctx, ps, id, bootDir, bootLSN)
-				if bootErr != nil {
-					log.Error().Err(bootErr).Msg("bootstrap")
-					stop()
-					return
-				}
-			}
-		}
 		fmt.Printf("READY %s %d\n", addr, ps.Incarnation())
 	}
-	if err := service.Run(ctx, o); err != nil {
-		return err
-	}
-	return bootErr
-}
-
-func bootstrap(ctx context.Context, ps *pageserver.Pageserver, id pg.TimelineID, dir, lsn string) error {
-	w, err := pg.ParseLSN(lsn)
-	if err != nil {
-		return err
-	}
-	tl, err := ps.CreateTimeline(ctx, id)
-	if err != nil {
-		return err
-	}
-	return pageserver.ImportDataDir(ctx, tl, dir, w)
+	return service.Run(ctx, o)
 }
