@@ -66,7 +66,7 @@ come from whatever layers that pageserver holds).`,
 				}
 				ms = append(ms, m)
 			}
-			cfg.Progress = os.Stderr
+			cfg.Progress = cmd.ErrOrStderr()
 			if addr != "" {
 				c, err := client.Dial(addr)
 				if err != nil {
@@ -105,18 +105,36 @@ come from whatever layers that pageserver holds).`,
 }
 
 // benchLocal runs the modes against an in-process pageserver: setup,
-// flush to layer files, then each mode (cold evicts the layers first).
+// flush to layer files, then each mode. Cold runs on a second pageserver
+// whose layers are evicted (an evicting pageserver would also evict
+// between the uncached reads).
 func benchLocal(ctx context.Context, cmd *cobra.Command, cfg loadgen.Config, ms []loadgen.Mode, layerSize int64) error {
+	var warm, cold []loadgen.Mode
+	for _, m := range ms {
+		if m == loadgen.Cold {
+			cold = append(cold, m)
+		} else {
+			warm = append(warm, m)
+		}
+	}
+	for _, set := range [][]loadgen.Mode{warm, cold} {
+		if len(set) == 0 {
+			continue
+		}
+		if err := benchOne(ctx, cmd, cfg, set, layerSize, set[0] == loadgen.Cold); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func benchOne(ctx context.Context, cmd *cobra.Command, cfg loadgen.Config, ms []loadgen.Mode, layerSize int64, evict bool) error {
 	dir, err := os.MkdirTemp("", "strata-pageserver-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cold := false
-	for _, m := range ms {
-		cold = cold || m == loadgen.Cold
-	}
-	l, err := loadgen.StartLocal(ctx, loadgen.LocalOptions{Dir: dir, LayerTargetSize: layerSize, Evictable: cold}, zerolog.Nop())
+	l, err := loadgen.StartLocal(ctx, loadgen.LocalOptions{Dir: dir, LayerTargetSize: layerSize, Evictable: evict}, zerolog.Nop())
 	if err != nil {
 		return err
 	}
@@ -132,14 +150,14 @@ func benchLocal(ctx context.Context, cmd *cobra.Command, cfg loadgen.Config, ms 
 	if err := l.Flush(ctx, pickTimeline(cfg)); err != nil {
 		return err
 	}
-	for _, m := range ms {
-		if m == loadgen.Cold {
-			n, err := l.Evict(ctx, pickTimeline(cfg))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "evicted %d layer files to the object store\n", n)
+	if evict {
+		n, err := l.Evict(ctx, pickTimeline(cfg))
+		if err != nil {
+			return err
 		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "evicted %d layer files to the object store\n", n)
+	}
+	for _, m := range ms {
 		cfg.Mode = m
 		r, err := loadgen.Run(ctx, c, cfg)
 		if err != nil {
