@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
@@ -531,6 +532,10 @@ func (c *Cluster) stopProcs(ctx context.Context, st *State) error {
 		}
 		if err := p.Stop(timeout); err != nil {
 			errs = append(errs, err)
+		}
+		if p.Name == "compute" {
+			// An agent that had to be killed leaves its FUSE mount behind.
+			fusefs.MountpointCleanup(c.postgres().DataDir)
 		}
 	}
 	return errors.Join(errs...)

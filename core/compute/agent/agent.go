@@ -799,11 +799,20 @@ func (a *Agent) teardown(clean bool) error {
 	var errs []error
 	if be != nil {
 		if clean && f != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := be.Sync(ctx, f.WAL().Current()); err != nil {
-				errs = append(errs, fmt.Errorf("agent: final sync: %w", err))
+			// Sync detaches from its context (FUSE interrupts must not cut
+			// it), so bound the wait here: without a safekeeper quorum
+			// nothing becomes durable.
+			synced := make(chan error, 1)
+			w := f.WAL().Current()
+			go func() { synced <- be.Sync(context.Background(), w) }()
+			select {
+			case err := <-synced:
+				if err != nil {
+					errs = append(errs, fmt.Errorf("agent: final sync: %w", err))
+				}
+			case <-time.After(time.Minute):
+				errs = append(errs, fmt.Errorf("agent: writes up to %s not durable after a minute (is a quorum of safekeepers up?)", w))
 			}
-			cancel()
 		}
 		if err := be.Close(); err != nil && clean {
 			errs = append(errs, err)
