@@ -23,8 +23,10 @@ import (
 // writes it out as delta layer files (WriteDeltas), then Removes it.
 //
 // Log record: len[4] crc32c[4] then key[18] lsn[8] seq[8] kind[1] data
-// (len counts the bytes after the crc). A torn or corrupt tail is cut off
-// at the first bad record on Open.
+// (len counts the bytes after the crc). Every PutBatch ends with a marker
+// record (kind 0, seq = the batch's count); on Open a torn or corrupt tail
+// is cut off at the first bad record, together with the versions of a
+// batch whose marker is missing.
 //
 // Concurrency: all methods are safe for concurrent use. Two locks keep
 // readers off the disk's latency: logMu serializes the log (appends, Sync,
@@ -78,34 +80,62 @@ func OpenInMem(path string, now time.Time) (*InMem, error) {
 	return m, nil
 }
 
+// batchEnd is the kind of the marker record PutBatch appends after a
+// batch: replay applies a batch only when its marker made it to the log,
+// so a crash in the middle of a batch loses the whole batch, never part of
+// it (a WAL record's block changes, or the pages of one PutPages, are all
+// there or all absent). A log without any marker (written before markers
+// existed) is replayed record by record, as then.
+const batchEnd Kind = 0
+
 func (m *InMem) replay() (int64, error) {
 	r := bufio.NewReaderSize(m.f, 256<<10)
-	var off int64
+	var off, committed int64
 	var hdr [logHeader]byte
+	var pend []Version
+	markers := false
+	end := func() (int64, error) {
+		if markers {
+			return committed, nil // drop a batch without its marker
+		}
+		for _, v := range pend {
+			m.insert(v)
+		}
+		return off, nil
+	}
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return off, nil // clean end or torn header
+			return end() // clean end or torn header
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
 		if n < logFixed || n > 64<<20 {
-			return off, nil
+			return end()
 		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r, body); err != nil {
-			return off, nil
+			return end()
 		}
 		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
-			return off, nil
+			return end()
 		}
+		off += logHeader + int64(n)
 		var v Version
 		copy(v.Key[:], body)
 		p := keyspace.KeySize
 		v.LSN = pg.LSN(binary.BigEndian.Uint64(body[p:]))
 		v.Seq = binary.BigEndian.Uint64(body[p+8:])
 		v.Kind = Kind(body[p+16])
+		if v.Kind == batchEnd {
+			markers = true
+			for _, pv := range pend {
+				m.insert(pv)
+			}
+			pend = pend[:0]
+			committed = off
+			continue
+		}
 		v.Data = m.keep(body[logFixed:])
-		m.insert(v)
-		off += logHeader + int64(n)
+		pend = append(pend, v)
 	}
 }
 
@@ -137,6 +167,9 @@ func (m *InMem) PutBatch(vs []Version) error {
 		if err := m.appendLog(&vs[i]); err != nil {
 			return err
 		}
+	}
+	if err := m.appendLog(&Version{Kind: batchEnd, Seq: uint64(len(vs))}); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	for _, v := range vs {

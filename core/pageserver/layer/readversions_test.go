@@ -3,6 +3,7 @@ package layer
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -127,4 +128,94 @@ func equalLSNs(a, b []pg.LSN) bool {
 		}
 	}
 	return true
+}
+
+// TestTornBatch: a crash in the middle of a batch loses the whole batch
+// (its marker is missing), not a part of it; the log is cut there and
+// appends go on.
+func TestTornBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	m, err := OpenInMem(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(lsn pg.LSN, n int) []Version {
+		var vs []Version
+		for i := 0; i < n; i++ {
+			vs = append(vs, Version{Key: keyspace.RelBlock(pg.PageKey{Spc: 1, DB: 2, Rel: 3, Block: uint32(i)}), LSN: lsn, Seq: uint64(lsn) + uint64(i), Kind: Image, Data: bytes.Repeat([]byte{byte(lsn)}, 100)})
+		}
+		return vs
+	}
+	if err := m.PutBatch(batch(10, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(path)
+	first := st.Size()
+	if err := m.PutBatch(batch(20, 3)); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	// Cut the second batch after its first two versions (before its marker).
+	rec := int64(logHeader + logFixed + 100)
+	if err := os.Truncate(path, first+2*rec); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := OpenInMem(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		k := keyspace.RelBlock(pg.PageKey{Spc: 1, DB: 2, Rel: 3, Block: uint32(i)})
+		vs, err := m2.ReadVersions(nil, k, 1000)
+		if err != nil || len(vs) != 1 || vs[0].LSN != 10 {
+			t.Fatalf("block %d after the torn batch: %v %v", i, vs, err)
+		}
+	}
+	if st, _ := os.Stat(path); st.Size() != first {
+		t.Fatalf("log cut at %d bytes, want %d", st.Size(), first)
+	}
+	if err := m2.PutBatch(batch(30, 1)); err != nil {
+		t.Fatal(err)
+	}
+	m2.Close()
+	m3, err := OpenInMem(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m3.Close()
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1, DB: 2, Rel: 3, Block: 0})
+	if vs, err := m3.ReadVersions(nil, k, 1000); err != nil || len(vs) != 1 || vs[0].LSN != 30 {
+		t.Fatalf("append after the cut: %v %v", vs, err)
+	}
+}
+
+// TestLegacyLogWithoutMarkers: a log written before batch markers replays
+// every whole record.
+func TestLegacyLogWithoutMarkers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	m, err := OpenInMem(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1, DB: 2, Rel: 3})
+	for i := 0; i < 3; i++ {
+		m.logMu.Lock()
+		err := m.appendLog(&Version{Key: k, LSN: pg.LSN(10 * (i + 1)), Seq: uint64(i + 1), Kind: Delta, Data: []byte{byte(i)}})
+		m.logMu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	m2, err := OpenInMem(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if vs := m2.Versions(nil, k, 1000); len(vs) != 3 {
+		t.Fatalf("replayed %d versions of a legacy log, want 3", len(vs))
+	}
 }

@@ -297,11 +297,9 @@ func (t *Timeline) releaseLocked(commit pg.LSN) error {
 	}
 	// Versions stay visible in pendingKeys until they are in the log.
 	open := t.open
-	for _, v := range rel {
-		if err := open.Put(v); err != nil {
-			t.mu.Unlock()
-			return err
-		}
+	if err := open.PutBatch(rel); err != nil {
+		t.mu.Unlock()
+		return err
 	}
 	t.mu.Unlock()
 	if err := open.Sync(); err != nil {
