@@ -71,3 +71,22 @@ func Equal(fork pg.ForkNumber, blk uint32, a, b []byte) bool {
 	postgres.Mask(kb, b, blk)
 	return bytes.Equal(a, b)
 }
+
+// VMBitsSubset reports whether visibility-map page b has no bit that page
+// a lacks, with the same header but for the LSN and checksum. Postgres
+// WAL-logs the pages a CREATE DATABASE (WAL_LOG strategy) copies as
+// standard-layout images, whose "hole" is the VM bitmap: any replay of
+// that WAL, a standby's or strata's redo, gets those VM pages with the
+// bits cleared. Fewer all-visible bits are safe (index-only scans visit
+// the heap, VACUUM sets them again); more would not be.
+func VMBitsSubset(a, b []byte) bool {
+	if len(a) != pg.BlockSize || len(b) != pg.BlockSize || !bytes.Equal(a[10:24], b[10:24]) {
+		return false
+	}
+	for i := 24; i < pg.BlockSize; i++ {
+		if b[i]&^a[i] != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,58 @@
+package metamorphic
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+func pageWith(special, upper uint16) []byte {
+	p := make([]byte, pg.BlockSize)
+	binary.LittleEndian.PutUint16(p[12:], 24)
+	binary.LittleEndian.PutUint16(p[14:], upper)
+	binary.LittleEndian.PutUint16(p[16:], special)
+	return p
+}
+
+func TestPageKind(t *testing.T) {
+	for _, c := range []struct {
+		p    []byte
+		want wal.RmgrID
+		ok   bool
+	}{
+		{pageWith(pg.BlockSize, 8000), wal.RmHeap, true},
+		{pageWith(pg.BlockSize-16, 8000), wal.RmBtree, true},
+		{pageWith(pg.BlockSize-8, 8000), wal.RmSequence, true},
+		{pageWith(pg.BlockSize-24, 8000), 0, false},
+		{make([]byte, pg.BlockSize), 0, false},
+	} {
+		if k, ok := PageKind(c.p); k != c.want || ok != c.ok {
+			t.Errorf("special %d: %v %v, want %v %v", binary.LittleEndian.Uint16(c.p[16:]), k, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestVMComparison(t *testing.T) {
+	a := pageWith(pg.BlockSize, pg.BlockSize)
+	a[100], a[200] = 0xFF, 0x03
+	b := append([]byte(nil), a...)
+	b[3] = 0x77 // LSN differs
+	if !Equal(pg.VMFork, 0, a, b) {
+		t.Fatal("VM pages differing in LSN only are not equal")
+	}
+	b[100] = 0x0F // fewer bits
+	if Equal(pg.VMFork, 0, a, b) || !VMBitsSubset(a, b) {
+		t.Fatal("fewer VM bits: want unequal but a subset")
+	}
+	b[300] = 0x01 // a bit a lacks
+	if VMBitsSubset(a, b) {
+		t.Fatal("an extra VM bit accepted")
+	}
+	c := append([]byte(nil), a...)
+	c[12] = 40 // pd_lower differs
+	if VMBitsSubset(a, c) {
+		t.Fatal("a different header accepted")
+	}
+}
