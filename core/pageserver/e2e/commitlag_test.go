@@ -82,11 +82,11 @@ func TestCommitLSNLag(t *testing.T) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
-	all := commitLag(t, 300, 2*time.Millisecond, true, 150)
+	all := commitLag(t, 200, 2*time.Millisecond, true, 100)
 	for _, h := range []struct {
 		name string
 		lags []time.Duration
-	}{{"three safekeepers", all[:150]}, {"one safekeeper stopped", all[150:]}} {
+	}{{"three safekeepers", all[:100]}, {"one safekeeper stopped", all[100:]}} {
 		lags := sorted(h.lags)
 		p50, p99 := pct(lags, 0.5), pct(lags, 0.99)
 		t.Logf("commit LSN lag after Postgres' ack (sync ANY 2 of 3, fast poll 2ms), %s: p50 %v p99 %v max %v", h.name, p50, p99, lags[len(lags)-1])

@@ -4,7 +4,7 @@
 // service (core/pageserver/service, what `strata pageserver` runs) bound to
 // them, in process or as a separate process that the tests kill -9.
 //
-//   - TestFPIIngestAndBranch: fpi image policy, Postgres on local disk with
+//   - TestFPIIngestAndBranch (and TestPushdownIngest): fpi image policy, Postgres on local disk with
 //     full_page_writes=on, pgbench; pages equal Postgres' data files
 //     (masked); a branch before a DELETE FROM, its basebackup started as a
 //     stock Postgres, shows the deleted rows.

@@ -274,7 +274,7 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 		}
 	}
 
-	secs := "10"
+	secs := "8"
 	if longTests() {
 		secs = "60"
 	}
