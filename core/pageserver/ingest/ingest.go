@@ -59,6 +59,10 @@ type Record struct {
 	Blocks []BlockChange
 	Rels   []RelChange
 	Files  []FileBlock
+	// Raw are further versions stored as they are, after the others (a
+	// copied database's keys, an unlinked file's tombstones): in the same
+	// batch, so that a crash keeps all of a record's effects or none.
+	Raw []timeline.Change
 }
 
 // Source delivers decoded WAL of one timeline, in LSN order. Next blocks
@@ -107,7 +111,7 @@ func ApplyBuffered(ctx context.Context, tl *timeline.Timeline, recs []Record, en
 func Changes(ctx context.Context, tl *timeline.Timeline, recs []Record) ([]timeline.Change, error) {
 	n := 0
 	for i := range recs {
-		n += len(recs[i].Blocks) + len(recs[i].Rels) + len(recs[i].Files)
+		n += len(recs[i].Blocks) + len(recs[i].Rels) + len(recs[i].Files) + len(recs[i].Raw)
 	}
 	cs := make([]timeline.Change, 0, n+n/8)
 	sizes := map[pg.RelTag]uint32{}
@@ -173,6 +177,7 @@ func Changes(ctx context.Context, tl *timeline.Timeline, recs []Record) ([]timel
 			}
 			fileSizes[f.Path] = cur
 		}
+		cs = append(cs, rec.Raw...)
 	}
 	return cs, nil
 }

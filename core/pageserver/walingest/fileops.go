@@ -16,13 +16,14 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// unlink removes non-relation files at lsn (the record's end) when they exist.
-func (in *Ingester) unlink(ctx context.Context, lsn pg.LSN, paths ...string) error {
+// unlink returns the tombstones that remove non-relation files at lsn
+// (the record's end), for those that exist.
+func (in *Ingester) unlink(ctx context.Context, lsn pg.LSN, paths ...string) ([]timeline.Change, error) {
 	var cs []timeline.Change
 	for _, path := range paths {
 		size, ok, err := in.TL.StatFile(ctx, path, timeline.LatestLSN)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			continue
@@ -32,16 +33,13 @@ func (in *Ingester) unlink(ctx context.Context, lsn pg.LSN, paths ...string) err
 			cs = append(cs, timeline.Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: lsn, Kind: layer.Tombstone})
 		}
 	}
-	if len(cs) == 0 {
-		return nil
-	}
-	return in.TL.IngestBuffered(ctx, cs, lsn)
+	return cs, nil
 }
 
 // fileOps returns the relation changes of a record's file-level operations
-// and appends to extra and files the page images and file blocks they
-// imply. It writes the files of a dropped or copied database itself.
-func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool, dropped []pg.RelTag, extra *[]ingest.BlockChange, files *[]ingest.FileBlock) ([]ingest.RelChange, error) {
+// and appends to extra, files and raw the page images, file blocks and
+// other versions they imply.
+func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.FileOp, tr postgres.Truncation, isTrunc bool, dropped []pg.RelTag, extra *[]ingest.BlockChange, files *[]ingest.FileBlock, raw *[]timeline.Change) ([]ingest.RelChange, error) {
 	var out []ingest.RelChange
 	for _, op := range ops {
 		switch op.Kind {
@@ -55,9 +53,11 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 			}
 		case "create-database":
 			if op.SrcDB != 0 {
-				if err := in.copyDatabase(ctx, r.EndLSN, op); err != nil {
+				cs, err := in.copyDatabase(ctx, r.EndLSN, op)
+				if err != nil {
 					return nil, err
 				}
+				*raw = append(*raw, cs...)
 				continue
 			}
 			// WAL_LOG strategy: the pages follow as images; the redo of this
@@ -77,9 +77,11 @@ func (in *Ingester) fileOps(ctx context.Context, r *wal.Record, ops []postgres.F
 					out = append(out, ingest.RelChange{Rel: rel, Drop: true})
 				}
 				if spc == defaultTablespace {
-					if err := in.unlink(ctx, r.EndLSN, fmt.Sprintf("base/%d/PG_VERSION", op.DB), relMapPath(spc, op.DB)); err != nil {
+					cs, err := in.unlink(ctx, r.EndLSN, fmt.Sprintf("base/%d/PG_VERSION", op.DB), relMapPath(spc, op.DB))
+					if err != nil {
 						return nil, err
 					}
+					*raw = append(*raw, cs...)
 				}
 			}
 		}
@@ -196,27 +198,19 @@ func fsmBlocksAfterTruncate(heapBlocks, fsmBlocks uint32) (uint32, bool) {
 	return phys, true
 }
 
-// copyDatabase does CREATE DATABASE with the FILE_COPY strategy: every
-// relation key of the template database (pages and sizes) and its
-// PG_VERSION and pg_filenode.map, as they are at the record, are written
+// copyDatabase returns what CREATE DATABASE with the FILE_COPY strategy
+// does: every relation key of the template database (pages and sizes) and
+// its PG_VERSION and pg_filenode.map, as they are at the record, written
 // under the new database at the record's end LSN.
-func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.FileOp) error {
+func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.FileOp) ([]timeline.Change, error) {
 	if op.SrcSpc != defaultTablespace || len(op.Spcs) != 1 || op.Spcs[0] != defaultTablespace {
-		return fmt.Errorf("%w: CREATE DATABASE with the FILE_COPY strategy in tablespace %d (from %d) at %s", ErrUnsupported, op.Spcs, op.SrcSpc, lsn)
+		return nil, fmt.Errorf("%w: CREATE DATABASE with the FILE_COPY strategy in tablespace %d (from %d) at %s", ErrUnsupported, op.Spcs, op.SrcSpc, lsn)
 	}
 	var cs []timeline.Change
-	emit := func(force bool) error {
-		if len(cs) == 0 || (!force && len(cs) < 256) {
-			return nil
-		}
-		err := in.TL.IngestBuffered(ctx, cs, lsn)
-		cs = nil
-		return err
-	}
 	src := keyspace.DBRange(op.SrcSpc, op.SrcDB)
 	rels, err := in.TL.ListRels(ctx, src, timeline.LatestLSN)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	live := make(map[pg.RelTag]bool, len(rels))
 	for _, r := range rels {
@@ -228,7 +222,7 @@ func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.Fi
 		}
 		d, err := in.TL.Get(ctx, k, timeline.LatestLSN)
 		if errors.Is(err, timeline.ErrNotFound) {
-			return nil // a dropped relation
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("walingest: copying %s of database %d: %w", k, op.SrcDB, err)
@@ -237,10 +231,10 @@ func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.Fi
 		binary.BigEndian.PutUint32(nk[1:], op.Spcs[0])
 		binary.BigEndian.PutUint32(nk[5:], op.DB)
 		cs = append(cs, timeline.Change{Key: nk, LSN: lsn, Kind: layer.Image, Data: d})
-		return emit(false)
+		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, name := range []string{"PG_VERSION", "pg_filenode.map"} {
 		src := fmt.Sprintf("base/%d/%s", op.SrcDB, name)
@@ -249,7 +243,7 @@ func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.Fi
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		dst := fmt.Sprintf("base/%d/%s", op.DB, name)
 		for blk := 0; blk*pg.BlockSize < len(d); blk++ {
@@ -258,7 +252,7 @@ func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.Fi
 		}
 		cs = append(cs, timeline.Change{Key: keyspace.FileMeta(dst), LSN: lsn, Kind: layer.Image, Data: timeline.FileMetaValue(dst, int64(len(d)))})
 	}
-	return emit(true)
+	return cs, nil
 }
 
 // xactDroppedRels returns the relations (main forks) whose files a

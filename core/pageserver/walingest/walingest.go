@@ -426,12 +426,13 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	var rels []ingest.RelChange
 	var extra []ingest.BlockChange
 	var files []ingest.FileBlock
+	var raw []timeline.Change
 	if fileLevel {
 		// File-level operations look at the timeline: apply what precedes.
 		if err := a.flush(ctx); err != nil {
 			return err
 		}
-		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc, dropped, &extra, &files); err != nil {
+		if rels, err = a.in.fileOps(ctx, r, ops, tr, isTrunc, dropped, &extra, &files, &raw); err != nil {
 			return err
 		}
 	}
@@ -444,6 +445,7 @@ func (a *applier) add(ctx context.Context, r *wal.Record) error {
 	}
 	rec.Blocks = append(rec.Blocks, extra...)
 	rec.Files = append(rec.Files, files...)
+	rec.Raw = raw
 	if fileLevel {
 		clear(a.sizes)
 	}
