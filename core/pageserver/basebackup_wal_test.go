@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver"
+	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/pageserver/walingest"
 	"github.com/stratadb/strata/internal/pgtest"
@@ -357,3 +360,131 @@ func TestControlFromCheckpointRejects(t *testing.T) {
 // versions of the same batch as the key's newest, so a key due twice in
 // one batch got a stale image (reported; Timeline.DueImages avoids it).
 const ingestBatch = 3
+
+// countingRedo counts the WAL records a timeline replays.
+type countingRedo struct {
+	r timeline.Redo
+	n *atomic.Int64
+}
+
+func (c countingRedo) Apply(key keyspace.Key, lsn pg.LSN, base []byte, records [][]byte) ([]byte, error) {
+	c.n.Add(int64(len(records)))
+	return c.r.Apply(key, lsn, base, records)
+}
+
+// BenchmarkRedoGetPage measures image policies on the WAL of pgbench
+// (scale 2, 4000 transactions, full_page_writes=off): ingest of the whole
+// WAL into a timeline holding the initdb base, then GetPage at the newest
+// LSN of every page of the pgbench tables and indexes, uncached (the
+// timeline's page cache is off). Metrics: ns/op per GetPage,
+// records/getpage (read amplification: WAL records replayed per GetPage),
+// ingest-s (seconds to ingest, pushdown materialization included) and
+// records-redone-at-ingest (WAL records replayed to materialize images).
+//
+//	go test ./core/pageserver/ -run XXX -bench BenchmarkRedoGetPage -benchtime 20000x
+func BenchmarkRedoGetPage(b *testing.B) {
+	if err := pgtest.Available(); err != nil {
+		b.Skip(err)
+	}
+	ctx := context.Background()
+	srv := pgtest.Start(b, pgtest.Options{Conf: map[string]string{
+		"full_page_writes": "off", "wal_log_hints": "on", "wal_keep_size": "'1GB'", "max_wal_size": "'1GB'", "autovacuum": "off",
+	}})
+	srv.Stop()
+	cmd, err := pgtest.Command("pg_controldata", "-D", srv.DataDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var base pg.LSN
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "Latest checkpoint location" {
+			base, err = pg.ParseLSN(strings.TrimSpace(v))
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	baseDir := b.TempDir()
+	if out, err := exec.Command("cp", "-a", srv.DataDir+"/.", baseDir).CombinedOutput(); err != nil {
+		b.Fatalf("%v %s", err, out)
+	}
+	srv.Launch()
+	if out, err := srv.Pgbench("-i", "-s", "2", "-q", "postgres"); err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := srv.Pgbench("-c", "2", "-j", "2", "-t", "2000", "postgres"); err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	var rels []pg.RelTag
+	for _, name := range []string{"pgbench_accounts", "pgbench_accounts_pkey", "pgbench_branches", "pgbench_tellers", "pgbench_history"} {
+		node, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT pg_relation_filenode($1::regclass)::text", name), 10, 32)
+		db, _ := strconv.ParseUint(srv.QueryString("postgres", "SELECT oid::text FROM pg_database WHERE datname = 'postgres'"), 10, 32)
+		rels = append(rels, pg.RelTag{Spc: 1663, DB: uint32(db), Rel: uint32(node)})
+	}
+	srv.Stop()
+	walDir := filepath.Join(srv.DataDir, "pg_wal")
+	for _, pc := range []struct {
+		name string
+		p    timeline.ImagePolicy
+	}{
+		{"pushdown-N=1", timeline.PushdownPolicy{N: 1}},
+		{"pushdown-N=3", timeline.PushdownPolicy{N: 3}},
+		{"pushdown-N=10", timeline.PushdownPolicy{N: 10}},
+		{"no-images", timeline.FPIPolicy{}}, // fpi with full_page_writes=off: chains from the base
+	} {
+		b.Run(pc.name, func(b *testing.B) {
+			var n atomic.Int64
+			commit := &timeline.CommitLSN{}
+			commit.Set(timeline.LatestLSN - 1)
+			tl, err := timeline.Open(ctx, pg.TimelineID{0xBE}, b.TempDir(), timeline.Options{NoBackground: true, CacheBytes: 1}, timeline.Deps{
+				Log: zerolog.Nop(), Commit: commit, Policy: pc.p,
+				Redo: countingRedo{r: walingest.Redo{Engine: postgres.NewEngine(postgres.Options{HintBitsLogged: true})}, n: &n},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tl.Close()
+			if err := pageserver.ImportDataDir(ctx, tl, baseDir, base); err != nil {
+				b.Fatal(err)
+			}
+			src, err := wal.OpenDir(walDir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer src.Close()
+			t0 := time.Now()
+			last, err := (&walingest.Ingester{TL: tl, BatchSize: 3}).Run(ctx, src, base)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ingest := time.Since(t0)
+			images := n.Load()
+			var pages []pg.PageKey
+			for _, r := range rels {
+				nb, _, err := tl.Nblocks(ctx, r, last)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for blk := uint32(0); blk < nb; blk++ {
+					pages = append(pages, r.Page(blk))
+				}
+			}
+			n.Store(0)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := tl.GetPage(ctx, pages[i%len(pages)], timeline.LatestLSN, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(n.Load())/float64(b.N), "records/getpage")
+			b.ReportMetric(ingest.Seconds(), "ingest-s")
+			b.ReportMetric(float64(images), "records-redone-at-ingest")
+			b.ReportMetric(float64(last-base)/1e6, "WAL-MB")
+		})
+	}
+}
