@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -163,4 +166,79 @@ func TestIncarnationLosesPending(t *testing.T) {
 	if _, err := h2.c.GetPage(ctx, tl, client.PageRequest{Page: rel.Page(0), RequestLSN: client.LatestLSN}); err == nil {
 		t.Fatal("a pending version survived the restart")
 	}
+}
+
+// TestBeginTermRace: writers of term 1 keep writing pages above E while
+// the new compute begins term 2; every term 1 write is refused from then
+// on, and none that was acknowledged survives, even after the commit LSN
+// passes every W.
+func TestBeginTermRace(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), nil)
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	const e = 1000
+	type acked struct{ blk, w uint32 }
+	var mu sync.Mutex
+	var accepted []acked
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := uint32(0); g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			old, err := client.Dial(h.addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer old.Close()
+			old.SetTerm(1)
+			for i := uint32(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				blk, w := g*1000+i%100, e+1+i
+				_, err := old.PutPages(ctx, tl, []client.PageWrite{{Page: rel.Page(blk), W: pg.LSN(w), Data: page(byte(g + 1))}})
+				if errors.Is(err, pageserver.ErrStaleTerm) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				accepted = append(accepted, acked{blk, w})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	n, _, err := h.c.BeginTerm(ctx, tl, 2, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait() // every writer saw ErrStaleTerm (or stopped on error)
+	close(stop)
+	// Every acknowledged term 1 write was accepted before BeginTerm took
+	// the fence, so it was pending (commit LSN 0) and dropped.
+	if n < len(accepted) {
+		t.Fatalf("BeginTerm dropped %d versions, %d term 1 page writes were acknowledged", n, len(accepted))
+	}
+	if err := h.c.AdvanceCommitLSN(ctx, tl, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := h.c.ListTimelines(ctx)
+	if err != nil || infos[0].LSNs.Pending != 0 {
+		t.Fatalf("%+v %v", infos, err)
+	}
+	for _, a := range accepted {
+		if _, err := h.c.GetPage(ctx, tl, client.PageRequest{Page: rel.Page(a.blk), RequestLSN: client.LatestLSN}); !errors.Is(err, timeline.ErrNotFound) {
+			t.Fatalf("block %d written by term 1 at W %d is readable after BeginTerm(2, %d): %v", a.blk, a.w, e, err)
+		}
+	}
+	t.Logf("%d term 1 writes acknowledged, %d versions dropped", len(accepted), n)
 }
