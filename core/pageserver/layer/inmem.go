@@ -40,7 +40,7 @@ type InMem struct {
 	w     *bufio.Writer
 
 	mu      sync.RWMutex
-	data    [][]byte               // chunks holding the versions' Data (from chunkPool)
+	data    [][]byte               // chunks holding the versions' Data (from chunkPool); written under logMu, released under both
 	removed bool                   // Remove returned the chunks: reads fail with ErrClosed
 	vers    chunked                // every version, in arrival order
 	heads   map[keyspace.Key]int32 // newest version of each key
@@ -171,16 +171,22 @@ func (m *InMem) PutBatch(vs []Version) error {
 	if err := m.appendLog(&Version{Kind: batchEnd, Seq: uint64(len(vs))}); err != nil {
 		return err
 	}
+	// Copy the data before taking the index lock: readers wait only for
+	// the inserts.
+	kept := make([][]byte, len(vs))
+	for i := range vs {
+		kept[i] = m.keep(vs[i].Data)
+	}
 	m.mu.Lock()
-	for _, v := range vs {
-		v.Data = m.keep(v.Data)
+	for i, v := range vs {
+		v.Data = kept[i]
 		m.insert(v)
 	}
 	m.mu.Unlock()
 	return nil
 }
 
-// keep copies d into the layer's chunks. REQUIRES: m.mu held (or no
+// keep copies d into the layer's chunks. REQUIRES: m.logMu held (or no
 // concurrency yet).
 func (m *InMem) keep(d []byte) []byte {
 	if len(d) == 0 {
@@ -469,6 +475,8 @@ func (m *InMem) Close() error {
 // layers: reads fail with ErrClosed afterwards. The timeline calls it for
 // layers it will not read again (closed at shutdown; Remove does it too).
 func (m *InMem) Release() {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.removed {
