@@ -18,6 +18,22 @@
 // keep it until LSNs().Durable reaches W. Decoded WAL (Ingest) is already
 // quorum-committed and is written through.
 //
+// # Ingested WAL
+//
+// Ingest appends decoded WAL and fsyncs before it returns; IngestBuffered
+// appends without the fsync (SyncIngested, the background loop and any
+// later synced write make it durable) and LSNs().Durable stays at the last
+// synced point, which is what the safekeepers may trust. Each call is one
+// batch in the log: after a crash a batch is there whole or not at all.
+//
+// # Reads
+//
+// A read at the latest LSN is answered by the page cache (sharded, no
+// timeline lock) once the key's newest value was materialized; otherwise
+// it collects the versions it needs (from the newest base version on) from
+// the in-memory layers and the layer files (read through a read-only
+// mapping), newest first.
+//
 // The package does not decode WAL, talk to safekeepers or serve the
 // network; see the Ingest API and the server package.
 package timeline
