@@ -314,6 +314,7 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		defer fcancel()
 		go a.feedCommit(fctx)
 	}
+	go a.logWaits(ctx, time.Minute)
 	first := true
 	delay := time.Second
 	for {
@@ -903,6 +904,30 @@ func (a *Agent) feedCommit(ctx context.Context) {
 			}
 			fed = commit
 		}
+	}
+}
+
+// logWaits logs the wait report every period while Postgres runs.
+func (a *Agent) logWaits(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := a.Report()
+		if r.State != "running" {
+			continue
+		}
+		ev := a.log.Info().Str("w", r.W.String()).Str("durable", r.Durable.String()).Uint64("cache_hits", r.CacheHits).Uint64("cache_misses", r.CacheMisses)
+		for _, w := range r.Waits {
+			if w.Count > 0 {
+				ev = ev.Dict(w.Name, zerolog.Dict().Int64("count", w.Count).Dur("total", w.Total))
+			}
+		}
+		ev.Msg("waits")
 	}
 }
 
