@@ -90,24 +90,28 @@ func (l *Local) Flush(ctx context.Context, id pg.TimelineID) error {
 }
 
 // Evict flushes, uploads the timeline's layer files to the object store
-// and deletes the local copies (LocalOptions.Evictable), returning how
-// many it evicted now (the background loop of an Evictable pageserver may
-// have evicted some already); the next read of each downloads it again.
+// and deletes the local copies (LocalOptions.Evictable) until none is left
+// (the background loop may compact meanwhile, making new local files). It
+// returns the number of layer files; the next read of each downloads it.
 func (l *Local) Evict(ctx context.Context, id pg.TimelineID) (int, error) {
 	tl, err := l.PS.Timeline(id)
 	if err != nil {
 		return 0, err
 	}
-	if err := tl.Flush(ctx); err != nil {
-		return 0, err
+	for i := 0; i < 50; i++ {
+		if err := tl.Flush(ctx); err != nil {
+			return 0, err
+		}
+		if err := tl.Upload(ctx); err != nil {
+			return 0, err
+		}
+		tl.EvictCold()
+		if tl.LocalBytes() == 0 {
+			return len(tl.Layers()), nil
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if err := tl.Upload(ctx); err != nil {
-		return 0, err
-	}
-	if tl.LocalBytes() > 0 && tl.EvictCold() == 0 {
-		return 0, errors.New("loadgen: layer files stay local (LocalOptions.Evictable not set?)")
-	}
-	return len(tl.Layers()), nil
+	return 0, errors.New("loadgen: layer files stay local (LocalOptions.Evictable not set?)")
 }
 
 // Counter returns the current value of a counter metric of the pageserver
