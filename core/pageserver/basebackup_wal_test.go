@@ -279,8 +279,7 @@ func TestBasebackupFromWAL(t *testing.T) {
 	}
 	defer src.Close()
 	t0 := time.Now()
-	// BatchSize <= N: see ingestBatch.
-	last, err := (&walingest.Ingester{TL: tl, BatchSize: ingestBatch}).Run(ctx, src, base)
+	last, err := (&walingest.Ingester{TL: tl}).Run(ctx, src, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,13 +352,6 @@ func TestControlFromCheckpointRejects(t *testing.T) {
 		t.Fatalf("zero pg_control: %v", err)
 	}
 }
-
-// ingestBatch is the number of WAL records per timeline write. It stays at
-// or below the pushdown N (3): Timeline.Ingest's own pushdown loop reads
-// with Get, whose page cache keeps a value materialized at an LSN below
-// versions of the same batch as the key's newest, so a key due twice in
-// one batch got a stale image (reported; Timeline.DueImages avoids it).
-const ingestBatch = 3
 
 // countingRedo counts the WAL records a timeline replays.
 type countingRedo struct {
@@ -457,7 +449,7 @@ func BenchmarkRedoGetPage(b *testing.B) {
 			}
 			defer src.Close()
 			t0 := time.Now()
-			last, err := (&walingest.Ingester{TL: tl, BatchSize: 3}).Run(ctx, src, base)
+			last, err := (&walingest.Ingester{TL: tl}).Run(ctx, src, base)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -392,7 +392,7 @@ func TestPostgresInRedoMode(t *testing.T) {
 	stopIngest()
 	<-ingestDone
 	// Whatever the follower had not reached: ingest to the end of the WAL.
-	if _, err := (&walingest.Ingester{TL: rd, BatchSize: 3}).Run(ctx, mustDir(t, scratch), rd.LSNs().LastRecord); err != nil {
+	if _, err := (&walingest.Ingester{TL: rd}).Run(ctx, mustDir(t, scratch), rd.LSNs().LastRecord); err != nil {
 		t.Fatal(err)
 	}
 	last := rd.LSNs().LastRecord
@@ -436,7 +436,7 @@ func TestPostgresInRedoMode(t *testing.T) {
 	unmount2()
 	stopIngest()
 	<-ingestDone
-	if _, err := (&walingest.Ingester{TL: rd, BatchSize: 3}).Run(ctx, mustDir(t, scratch), rd.LSNs().LastRecord); err != nil {
+	if _, err := (&walingest.Ingester{TL: rd}).Run(ctx, mustDir(t, scratch), rd.LSNs().LastRecord); err != nil {
 		t.Fatal(err)
 	}
 	end := rd.LSNs().LastRecord
@@ -474,7 +474,7 @@ func followWAL(ctx context.Context, tl *timeline.Timeline, scratch string, from 
 	for ctx.Err() == nil {
 		next := max(from, tl.LSNs().LastRecord)
 		if src, err := wal.OpenDir(scratch); err == nil {
-			_, _ = (&walingest.Ingester{TL: tl, BatchSize: 3}).Run(ctx, src, next)
+			_, _ = (&walingest.Ingester{TL: tl}).Run(ctx, src, next)
 			src.Close()
 		}
 		select {

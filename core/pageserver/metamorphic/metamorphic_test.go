@@ -561,10 +561,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 	}
 	defer src.Close()
 	t1 := time.Now()
-	// BatchSize 3 <= pushdown N: Timeline.Ingest's own pushdown loop must
-	// not see a key due twice in one batch (see the report on its page
-	// cache use in docs/redo.md, "Known problems").
-	last, err := (&walingest.Ingester{TL: rd, BatchSize: 3}).Run(ctx, src, base)
+	last, err := (&walingest.Ingester{TL: rd}).Run(ctx, src, base)
 	if err != nil {
 		t.Fatal(err)
 	}
