@@ -148,4 +148,9 @@ func TestIngestBufferedDurable(t *testing.T) {
 	if d, err := tl.Get(ctx, k, 400); err != nil || string(d) != pg.LSN(400).String() {
 		t.Fatalf("after reopen, version at 0/190: %q %v", d, err)
 	}
+	// Buffered ingest after a restart: the durable LSN does not go back.
+	put(600, true)
+	if l := tl.LSNs(); l.Durable != 500 || l.LastRecord != 600 {
+		t.Fatalf("after reopen and a buffered ingest: durable %s, last %s; want 0/1F4, 0/258", l.Durable, l.LastRecord)
+	}
 }

@@ -326,6 +326,9 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 	if err := t.replayLogs(); err != nil {
 		return nil, err
 	}
+	// What the files hold survived the restart: durable from the start,
+	// so the durable LSN never goes back when buffered ingest resumes.
+	t.synced.Store(t.lastRecord.Load())
 	t.d.Metrics.observeLayers(t)
 	if !opts.NoBackground {
 		t.wg.Add(1)
