@@ -143,6 +143,10 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	f.server = server
+	if err := closeFUSEOnExec(); err != nil {
+		_ = f.Unmount()
+		return nil, fmt.Errorf("fusefs: mark the FUSE connection close-on-exec: %w", err)
+	}
 	if loadErr != nil {
 		_ = f.Unmount()
 		return nil, fmt.Errorf("fusefs: load tree: %w", loadErr)
