@@ -635,6 +635,14 @@ func (a *Agent) launch() error {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	exe, err := filepath.EvalSymlinks(cmd.Path)
+	if err != nil {
+		exe = cmd.Path
+	}
+	// Backends left by the Postgres of an agent that died (see orphans.go).
+	if n := reapRecorded(a.cfg.Scratch, exe); n > 0 {
+		a.log.Warn().Int("processes", n).Msg("killed Postgres processes left by an earlier agent")
+	}
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
@@ -647,11 +655,19 @@ func (a *Agent) launch() error {
 			started <- err
 			return
 		}
+		if err := recordGroup(a.cfg.Scratch, cmd.Process.Pid); err != nil {
+			a.log.Warn().Err(err).Msg("record the Postgres process group")
+		}
 		started <- nil
 		err := cmd.Wait()
 		if err == nil {
 			err = errors.New("postmaster exited with status 0")
 		}
+		// Backends orphaned by a postmaster that was killed (see orphans.go).
+		if n := reapGroup(cmd.Process.Pid, exe); n > 0 {
+			a.log.Warn().Int("processes", n).Msg("killed backends the postmaster left behind")
+		}
+		os.Remove(filepath.Join(a.cfg.Scratch, pgidFile))
 		a.mu.Lock()
 		a.exitErr = err
 		a.mu.Unlock()

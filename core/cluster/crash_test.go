@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+// TestCrashRounds is the compute issue's crash test on the whole cluster
+// (STRATA_LONG_TESTS=1): with full_page_writes=off, pgbench and a client-side
+// ledger run while either the postmaster or the compute agent is killed
+// with SIGKILL at a random moment, ten times. After each kill the cluster
+// comes back (the agent restarts Postgres itself; a dead agent needs
+// `strata up`), every acknowledged ledger row is there and pg_amcheck finds
+// nothing.
+func TestCrashRounds(t *testing.T) {
+	if os.Getenv("STRATA_LONG_TESTS") != "1" {
+		t.Skip("STRATA_LONG_TESTS=1 runs ten kill -9 rounds on the whole cluster")
+	}
+	c, _ := newTestCluster(t)
+	t.Setenv("STRATA_COMPUTE_FULL_PAGE_WRITES", "false")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE ledger (id int PRIMARY KEY)")
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "2")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	acked := map[int]bool{}
+	next := 0
+	for round := 1; round <= 10; round++ {
+		stop := make(chan struct{})
+		done := make(chan map[int]bool)
+		go ledger(ctx, url, next, stop, done)
+		bench := make(chan struct{})
+		go func() {
+			defer close(bench)
+			if cmd, err := pgtest.Command("pgbench", "-c", "4", "-T", "60", url); err == nil {
+				cmd.Run() // ends with an error when the server dies
+			}
+		}()
+		wait := time.Duration(500+rng.IntN(4500)) * time.Millisecond
+		time.Sleep(wait)
+		victim := "postmaster"
+		if rng.IntN(2) == 0 {
+			victim = "agent"
+		}
+		var pid int
+		if victim == "agent" {
+			pid = procPID(t, c, "compute")
+		} else {
+			pid = postmasterPID(t, c)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("round %d: kill %s %d: %v", round, victim, pid, err)
+		}
+		close(stop)
+		got := <-done
+		<-bench
+		for id := range got {
+			acked[id] = true
+			next = max(next, id+1)
+		}
+		next += 1000
+		t0 := time.Now()
+		if victim == "agent" {
+			if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
+				t.Fatalf("round %d: up after the agent was killed: %v", round, err)
+			}
+		} else if err := waitConnect(ctx, url, 3*time.Minute); err != nil {
+			t.Fatalf("round %d: Postgres did not come back after the postmaster was killed: %v", round, err)
+		}
+		t.Logf("round %d: %s killed after %s with %d rows acknowledged; back in %s", round, victim, wait, len(got), time.Since(t0).Round(time.Millisecond))
+		have := ledgerRows(t, ctx, url)
+		for id := range acked {
+			if !have[id] {
+				t.Fatalf("round %d: acknowledged row %d lost (%d acknowledged, %d present)", round, id, len(acked), len(have))
+			}
+		}
+		pgtool(t, url, "pg_amcheck", "--all", "--heapallindexed", "--rootdescend")
+	}
+	if len(acked) == 0 {
+		t.Fatal("no commit was acknowledged")
+	}
+	t.Logf("10 rounds, %d acknowledged rows, all present, pg_amcheck clean", len(acked))
+}
+
+// ledger inserts increasing ids from `from` until stop or the first error,
+// and sends the ids whose INSERT was acknowledged.
+func ledger(ctx context.Context, url string, from int, stop chan struct{}, done chan map[int]bool) {
+	got := map[int]bool{}
+	defer func() { done <- got }()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	for id := from; ; id++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := conn.Exec(qctx, "INSERT INTO ledger VALUES ($1)", id)
+		qcancel()
+		if err != nil {
+			return
+		}
+		got[id] = true
+	}
+}
+
+func ledgerRows(t *testing.T, ctx context.Context, url string) map[int]bool {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT id FROM ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	have := map[int]bool{}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		have[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return have
+}
+
+func waitConnect(ctx context.Context, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.Connect(cctx, url)
+		if err == nil {
+			_, err = conn.Exec(cctx, "SELECT 1")
+			conn.Close(context.Background())
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// pgtool runs a PostgreSQL client program against url (its connection
+// parameters passed in the environment) and fails the test on error.
+func pgtool(t *testing.T, url, name string, args ...string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := pgtest.Command(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Env, "PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)),
+		"PGUSER="+cfg.User, "PGPASSWORD="+cfg.Password, "PGDATABASE="+cfg.Database)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	} else if name == "pg_amcheck" && len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("pg_amcheck reported:\n%s", out)
+	}
+}
+
+func procPID(t *testing.T, c *Cluster, name string) int {
+	t.Helper()
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Procs {
+		if p.Name == name {
+			return p.PID
+		}
+	}
+	t.Fatalf("no %s process in the cluster state", name)
+	return 0
+}
+
+func postmasterPID(t *testing.T, c *Cluster) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.postgres().DataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		t.Fatalf("postmaster.pid: %v", err)
+	}
+	return pid
+}
