@@ -89,7 +89,7 @@ func TestCrashRounds(t *testing.T) {
 				t.Fatalf("round %d: acknowledged row %d lost (%d acknowledged, %d present)", round, id, len(acked), len(have))
 			}
 		}
-		pgtool(t, url, "pg_amcheck", "--all", "--heapallindexed", "--rootdescend")
+		pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
 	}
 	if len(acked) == 0 {
 		t.Fatal("no commit was acknowledged")
