@@ -73,6 +73,12 @@ func TestCrashRounds(t *testing.T) {
 		// the next agent (`strata up`) kills it, so restart before waiting
 		// for the clients.
 		if victim == "agent" {
+			// SIGKILL is asynchronous: `strata up` on a still-dying agent
+			// would find the cluster running.
+			dying := Proc{Name: "compute", PID: pid}
+			for i := 0; i < 300 && dying.Alive(); i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
 			if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
 				t.Fatalf("round %d: up after the agent was killed: %v", round, err)
 			}
