@@ -134,6 +134,10 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 	}
 	t.Cleanup(func() {
 		c.Down(context.Background(), func(string) {})
+		if t.Failed() && os.Getenv("STRATA_KEEP_FAILED") != "" {
+			t.Logf("kept the cluster folder %s (STRATA_KEEP_FAILED)", dir)
+			return
+		}
 		os.RemoveAll(dir)
 	})
 	return c, loaded
@@ -339,6 +343,14 @@ func TestAgentKill9(t *testing.T) {
 		}
 		close(stop)
 		got := <-done
+		// SIGKILL is asynchronous (an agent serving FUSE takes a moment to
+		// die): `strata up` on a still-dying agent finds the cluster running.
+		for i := 0; i < 300 && agent.Alive(); i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if agent.Alive() {
+			t.Fatalf("round %d: agent pid %d still alive 30 s after SIGKILL", round, agent.PID)
+		}
 		for id := range got {
 			acked[id] = true
 			next = max(next, id+1)
