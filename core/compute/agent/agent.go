@@ -610,6 +610,9 @@ func (a *Agent) settings(ids []string) map[string]string {
 	for k, v := range a.cfg.Settings {
 		s[k] = v
 	}
+	// The agent finds a dead postmaster's backends by this tag in their
+	// process titles (orphans.go).
+	s["cluster_name"] = "'" + clusterTag(a.cfg.Mountpoint) + "'"
 	return s
 }
 
@@ -639,9 +642,23 @@ func (a *Agent) launch() error {
 	if err != nil {
 		exe = cmd.Path
 	}
-	// Backends left by the Postgres of an agent that died (see orphans.go).
-	if n := reapRecorded(a.cfg.Scratch, exe); n > 0 {
-		a.log.Warn().Int("processes", n).Msg("killed Postgres processes left by an earlier agent")
+	tag := clusterTag(a.cfg.Mountpoint)
+	// The Postgres of an agent that died (see orphans.go): SIGKILL is
+	// asynchronous, and a new postmaster refuses to start while the old one
+	// holds the socket lock, so wait until they are gone.
+	if n := reapOrphans(exe, tag, a.cfg.Mountpoint); n > 0 {
+		a.log.Warn().Int("processes", n).Msg("killing Postgres processes left by an earlier agent")
+		for i := 0; i < 300 && reapOrphans(exe, tag, a.cfg.Mountpoint) > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, lock := range []string{
+		filepath.Join(a.cfg.Mountpoint, "postmaster.pid"),
+		filepath.Join(a.cfg.Scratch, "sock", fmt.Sprintf(".s.PGSQL.%d.lock", a.cfg.Port)),
+	} {
+		if err := waitLockHolder(lock, 30*time.Second); err != nil {
+			return err
+		}
 	}
 	started := make(chan error, 1)
 	done := make(chan struct{})
@@ -655,19 +672,15 @@ func (a *Agent) launch() error {
 			started <- err
 			return
 		}
-		if err := recordGroup(a.cfg.Scratch, cmd.Process.Pid); err != nil {
-			a.log.Warn().Err(err).Msg("record the Postgres process group")
-		}
 		started <- nil
 		err := cmd.Wait()
 		if err == nil {
 			err = errors.New("postmaster exited with status 0")
 		}
 		// Backends orphaned by a postmaster that was killed (see orphans.go).
-		if n := reapGroup(cmd.Process.Pid, exe); n > 0 {
+		if n := reapOrphans(exe, tag, a.cfg.Mountpoint); n > 0 {
 			a.log.Warn().Int("processes", n).Msg("killed backends the postmaster left behind")
 		}
-		os.Remove(filepath.Join(a.cfg.Scratch, pgidFile))
 		a.mu.Lock()
 		a.exitErr = err
 		a.mu.Unlock()
@@ -781,8 +794,8 @@ func (a *Agent) waitStreaming(ctx context.Context) error {
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// killGroup kills the postmaster's process group (every Postgres process)
-// and waits for the postmaster to be reaped.
+// killGroup kills the postmaster and waits until it is reaped; the
+// goroutine that reaps it kills the backends it left (orphans.go).
 func (a *Agent) killGroup() {
 	a.mu.Lock()
 	p, done := a.proc, a.done
@@ -795,12 +808,6 @@ func (a *Agent) killGroup() {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		a.log.Error().Int("pid", p.Pid).Msg("postmaster not reaped after SIGKILL")
-	}
-	// Backends may outlive the postmaster for a moment; the group is gone
-	// once kill(-pgid, 0) fails.
-	for i := 0; i < 100 && syscall.Kill(-p.Pid, 0) == nil; i++ {
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
