@@ -30,11 +30,11 @@ const (
 // compute waits`, its wait report.
 func newComputeCmd(a *app) *cobra.Command {
 	var (
-		pageserver, timeline, mountpoint, scratch, computeID, metricsAddr, replUser string
-		safekeepers                                                                 []string
-		port                                                                        int
-		feedCommit, noArchive, debug                                                bool
-		readyFile                                                                   string
+		pageserver, timeline, filesTimeline, mountpoint, scratch, computeID, metricsAddr, replUser string
+		safekeepers                                                                                []string
+		port                                                                                       int
+		feedCommit, noArchive, debug                                                               bool
+		readyFile                                                                                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "compute",
@@ -43,7 +43,12 @@ func newComputeCmd(a *app) *cobra.Command {
 filesystem served by the pageserver timeline (with the cache tiers of
 compute.cache), refills local pg_wal from the safekeepers, and starts Postgres
 as compute.os_user; on an empty timeline it runs initdb into the mount first.
-It restarts Postgres from storage whenever it exits, and on SIGINT/SIGTERM
+With storage.page_source: redo, relation page writes stay in a local page
+store (compute.redo_store_pages) and evicted pages are read back from the
+redo timeline (--timeline), which the pageserver rebuilds from the WAL the
+safekeepers hold; non-relation files go to --files-timeline; a new cluster's
+initdb output is imported into the redo timeline as its base; wal_log_hints
+is forced on. It restarts Postgres from storage whenever it exits, and on SIGINT/SIGTERM
 stops it (fast shutdown), waits until every write is durable and unmounts.
 
 Secrets come from the environment: STRATA_COMPUTE_PASSWORD (the postgres
@@ -63,12 +68,20 @@ safekeepers' replication role, created or updated at every start).`,
 			if err != nil {
 				return err
 			}
-			if full.Storage.PageSource != config.PageSourceWriteback {
-				return fmt.Errorf("compute: storage.page_source %q is not available yet: only writeback runs a compute today", full.Storage.PageSource)
-			}
 			tl, err := pg.ParseTimelineID(timeline)
 			if err != nil {
 				return fmt.Errorf("compute: --timeline: %w", err)
+			}
+			var filesTL pg.TimelineID
+			switch {
+			case full.Storage.PageSource == config.PageSourceRedo && filesTimeline == "":
+				return fmt.Errorf("compute: storage.page_source redo needs --files-timeline (the timeline of the non-relation files)")
+			case full.Storage.PageSource != config.PageSourceRedo && filesTimeline != "":
+				return fmt.Errorf("compute: --files-timeline is for storage.page_source redo, not %s", full.Storage.PageSource)
+			case filesTimeline != "":
+				if filesTL, err = pg.ParseTimelineID(filesTimeline); err != nil {
+					return fmt.Errorf("compute: --files-timeline: %w", err)
+				}
 			}
 			budget, err := full.Compute.MemoryBudgetBytes()
 			if err != nil {
@@ -93,6 +106,7 @@ safekeepers' replication role, created or updated at every start).`,
 				FullPageWrites: full.Compute.FullPageWrites, Settings: settings,
 				Cache: agent.CacheConfig{Strategy: full.Compute.Cache.Strategy, MemoryBudget: budget,
 					LFC: full.Compute.Cache.LFC, SharedBuffers: full.Compute.Cache.SharedBuffers},
+				PageSource: full.Storage.PageSource, FilesTimeline: filesTL, RedoStorePages: full.Compute.RedoStorePages,
 				FeedCommit: feedCommit, Debug: debug, Log: log, Registry: reg,
 				ArchivePrefix: "wal",
 			}
@@ -135,6 +149,7 @@ safekeepers' replication role, created or updated at every start).`,
 	f := cmd.Flags()
 	f.StringVar(&pageserver, "pageserver", "127.0.0.1:7679", "pageserver gRPC address")
 	f.StringVar(&timeline, "timeline", "", "pageserver timeline ID (32 hex digits; created when missing)")
+	f.StringVar(&filesTimeline, "files-timeline", "", "storage.page_source redo: the timeline of the non-relation files (--timeline is then the redo timeline; created when missing)")
 	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of every safekeeper of the group")
 	f.StringVar(&mountpoint, "mountpoint", "", "PGDATA: where the FUSE filesystem is mounted")
 	f.StringVar(&scratch, "scratch", "", "local folder for pg_wal, the LFC file, the socket and the Postgres log")

@@ -29,7 +29,7 @@ func newPageserverCmd() *cobra.Command {
 	cfg := pageserver.DefaultConfig()
 	var noStore bool
 	var safekeepers []string
-	var boundTL string
+	var boundTL, filesTL string
 	var fastPoll time.Duration
 	var bootFrom string
 	cmd := &cobra.Command{
@@ -49,7 +49,13 @@ writes wait for it), and with the fpi and pushdown image policies the
 pageserver follows the group's committed WAL into the timeline from its last
 ingested record (once the timeline exists and holds a base, e.g. an imported
 initdb output), reporting its positions back. Other timelines take their
-commit LSN from the AdvanceCommitLSN call.`,
+commit LSN from the AdvanceCommitLSN call.
+
+In redo mode (storage.page_source: redo) --timeline is the redo timeline:
+relation pages come from WAL ingest only (on top of the initdb output the
+compute imports), so --image-policy must be fpi or pushdown; --files-timeline
+names the timeline of the compute's non-relation files (pg_control, pg_xact,
+...), gated by the same safekeepers' commit LSN.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			path, _ := cmd.Flags().GetString("config")
@@ -94,6 +100,14 @@ commit LSN from the AdvanceCommitLSN call.`,
 					return fmt.Errorf("--timeline: %w", err)
 				}
 			}
+			if filesTL != "" {
+				if o.FilesTimeline, err = pg.ParseTimelineID(filesTL); err != nil {
+					return fmt.Errorf("--files-timeline: %w", err)
+				}
+				if o.FilesTimeline == o.Timeline {
+					return fmt.Errorf("--files-timeline must differ from --timeline")
+				}
+			}
 			return service.Run(ctx, o)
 		},
 	}
@@ -116,6 +130,7 @@ commit LSN from the AdvanceCommitLSN call.`,
 	f.BoolVar(&noStore, "no-object-store", false, "run without an object store (nothing survives the loss of the data directory)")
 	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of the safekeeper group (host:port,host:port,...) bound to --timeline")
 	f.StringVar(&boundTL, "timeline", "", "timeline ID bound to --safekeepers (commit LSN; WAL ingest with fpi and pushdown)")
+	f.StringVar(&filesTL, "files-timeline", "", "redo mode (storage.page_source: redo): the compute's non-relation files live on this timeline, gated by --safekeepers; --timeline is the redo timeline WAL ingest feeds (needs --image-policy fpi or pushdown)")
 	f.StringVar(&bootFrom, "bootstrap-from", "", "a cleanly stopped data directory (initdb's output) imported into --timeline at its checkpoint LSN unless done already: the base WAL ingest starts from")
 	f.DurationVar(&fastPoll, "safekeeper-poll", 2*time.Millisecond, "safekeeper status poll interval while page writes wait for the commit LSN")
 	return cmd

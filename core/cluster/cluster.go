@@ -38,10 +38,13 @@ type State struct {
 	PostgresDir string `json:"postgres_dir"`
 	Port        int    `json:"port"`
 	Timeline    string `json:"timeline"`
-	Pageserver  string `json:"pageserver"`
-	Compute     string `json:"compute_metrics"` // the agent's /waits address
-	Procs       []Proc `json:"procs"`
-	Started     string `json:"started"`
+	PageSource  string `json:"page_source,omitempty"`
+	// FilesTimeline holds the non-relation files in redo mode.
+	FilesTimeline string `json:"files_timeline,omitempty"`
+	Pageserver    string `json:"pageserver"`
+	Compute       string `json:"compute_metrics"` // the agent's /waits address
+	Procs         []Proc `json:"procs"`
+	Started       string `json:"started"`
 }
 
 // Cluster is the single-machine cluster that cfg describes.
@@ -167,10 +170,44 @@ func (c *Cluster) Running() (*State, bool) {
 	return st, len(st.Procs) > 0
 }
 
-// timeline returns the cluster's pageserver timeline, kept in
-// <data_dir>/timeline (a new random one the first time).
-func (c *Cluster) timeline() (pg.TimelineID, error) {
-	p := filepath.Join(c.dataDir, "timeline")
+func (c *Cluster) redo() bool { return c.cfg.Storage.PageSource == config.PageSourceRedo }
+
+// checkPageSource refuses to start a cluster in another page source than
+// the one it was created with (kept in <data_dir>/page_source; a cluster
+// from before that file is writeback): a writeback timeline has no WAL
+// base to rebuild pages from, and a redo timeline's pages are not the
+// compute's.
+func (c *Cluster) checkPageSource() error {
+	p := filepath.Join(c.dataDir, "page_source")
+	b, err := os.ReadFile(p)
+	var was string
+	switch {
+	case err == nil:
+		was = strings.TrimSpace(string(b))
+	case errors.Is(err, os.ErrNotExist):
+		if _, err := os.Stat(filepath.Join(c.dataDir, "timeline")); err == nil {
+			was = config.PageSourceWriteback
+		} else {
+			return os.WriteFile(p, []byte(c.cfg.Storage.PageSource+"\n"), 0o644)
+		}
+	default:
+		return err
+	}
+	if was != c.cfg.Storage.PageSource {
+		return fmt.Errorf("cluster: %s was created with storage.page_source %s and cannot switch to %s (use another cluster.data_dir)", c.dataDir, was, c.cfg.Storage.PageSource)
+	}
+	return nil
+}
+
+// timeline returns the cluster's pageserver timeline (in redo mode the
+// redo timeline), kept in <data_dir>/timeline (a new random one the first
+// time).
+func (c *Cluster) timeline() (pg.TimelineID, error) { return c.namedTimeline("timeline") }
+
+// namedTimeline returns the timeline ID kept in <data_dir>/name, creating
+// a random one the first time.
+func (c *Cluster) namedTimeline(name string) (pg.TimelineID, error) {
+	p := filepath.Join(c.dataDir, name)
 	if b, err := os.ReadFile(p); err == nil {
 		return pg.ParseTimelineID(strings.TrimSpace(string(b)))
 	}
@@ -205,9 +242,6 @@ func (c *Cluster) ComputeMetricsAddr() string { return c.metricsAddr(c.cfg.Clust
 // string. progress gets one line per step. A running cluster only returns
 // its string; a partly running one is stopped and started again.
 func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error) {
-	if c.cfg.Storage.PageSource != config.PageSourceWriteback {
-		return "", fmt.Errorf("cluster: storage.page_source %q is not available yet: only writeback runs a compute today", c.cfg.Storage.PageSource)
-	}
 	if st, ok := c.Running(); ok {
 		progress("cluster already running (started " + st.Started + ")")
 		return c.URL()
@@ -230,9 +264,18 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if err := c.checkPageSource(); err != nil {
+		return "", err
+	}
 	tl, err := c.timeline()
 	if err != nil {
 		return "", err
+	}
+	var filesTL pg.TimelineID
+	if c.redo() {
+		if filesTL, err = c.namedTimeline("files-timeline"); err != nil {
+			return "", err
+		}
 	}
 	pgs := c.postgres()
 	st := &State{
@@ -241,6 +284,7 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 		PostgresDir: pgs.DataDir,
 		Port:        pgs.Port,
 		Timeline:    tl.String(),
+		PageSource:  c.cfg.Storage.PageSource,
 		Pageserver:  c.pageserverAddr(),
 		Compute:     c.ComputeMetricsAddr(),
 		Started:     time.Now().UTC().Format(time.RFC3339),
@@ -258,7 +302,10 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 		st.Procs = append(st.Procs, p)
 		progress(fmt.Sprintf("safekeeper %s on %s (pid %d, log %s)", id, c.safekeeperAddr(i), p.PID, p.Log))
 	}
-	ps, err := c.startPageserver(ctx, tl)
+	if c.redo() {
+		st.FilesTimeline = filesTL.String()
+	}
+	ps, err := c.startPageserver(ctx, tl, filesTL)
 	if err != nil {
 		return fail(err)
 	}
@@ -272,7 +319,7 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := c.waitPageserver(startCtx, ps); err != nil {
 		return fail(err)
 	}
-	cp, err := c.startCompute(tl, pgPW, replPW)
+	cp, err := c.startCompute(tl, filesTL, pgPW, replPW)
 	if err != nil {
 		return fail(err)
 	}
@@ -308,7 +355,7 @@ func (c *Cluster) safekeeperAddrs() []string {
 	return addrs
 }
 
-func (c *Cluster) startPageserver(ctx context.Context, tl pg.TimelineID) (Proc, error) {
+func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID) (Proc, error) {
 	dir := filepath.Join(c.dataDir, "pageserver")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Proc{}, err
@@ -321,6 +368,11 @@ func (c *Cluster) startPageserver(ctx context.Context, tl pg.TimelineID) (Proc, 
 	}
 	if c.pageserverFollowsSafekeepers() {
 		args = append(args, "--safekeepers", strings.Join(c.safekeeperAddrs(), ","), "--timeline", tl.String())
+		if c.redo() {
+			args = append(args, "--files-timeline", filesTL.String())
+		}
+	} else if c.redo() {
+		return Proc{}, fmt.Errorf("cluster: storage.page_source redo needs a pageserver that follows the safekeepers (%s pageserver has no --safekeepers)", c.strata)
 	}
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)
@@ -357,7 +409,7 @@ func (c *Cluster) computeDir() string { return filepath.Join(c.dataDir, "compute
 
 func (c *Cluster) readyFile() string { return filepath.Join(c.computeDir(), "ready") }
 
-func (c *Cluster) startCompute(tl pg.TimelineID, pgPW, replPW string) (Proc, error) {
+func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (Proc, error) {
 	dir := c.computeDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Proc{}, err
@@ -376,6 +428,9 @@ func (c *Cluster) startCompute(tl pg.TimelineID, pgPW, replPW string) (Proc, err
 	}
 	if a := c.ComputeMetricsAddr(); a != "" {
 		args = append(args, "--metrics-addr", a)
+	}
+	if c.redo() {
+		args = append(args, "--files-timeline", filesTL.String())
 	}
 	if !c.pageserverFollowsSafekeepers() {
 		args = append(args, "--feed-commit")

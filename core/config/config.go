@@ -68,6 +68,9 @@ func (s *Storage) Validate() error {
 	default:
 		return fmt.Errorf("storage.image_policy: %q: want writeback, fpi or pushdown", s.ImagePolicy)
 	}
+	if s.PageSource == PageSourceRedo && s.ImagePolicy == "writeback" {
+		return fmt.Errorf("storage.image_policy: writeback with page_source redo: redo rebuilds pages from WAL, choose pushdown (with full_page_writes off) or fpi")
+	}
 	return nil
 }
 
@@ -126,6 +129,11 @@ type Compute struct {
 	// Settings are extra postgresql.conf settings, written as given
 	// (quote strings yourself: "'on'" is not needed for on).
 	Settings map[string]string `mapstructure:"settings"`
+	// RedoStorePages bounds the compute's local page store in redo mode
+	// (storage.page_source: redo), in 8 KiB pages (default 16384: 128
+	// MiB, outside memory_budget). Pages it evicts are read back from the
+	// pageserver, rebuilt from WAL.
+	RedoStorePages int `mapstructure:"redo_store_pages"`
 }
 
 // ComputeCache is compute.cache.
@@ -252,6 +260,7 @@ func Default() Config {
 			PGBinDir:       "/usr/lib/postgresql/15/bin",
 			FullPageWrites: true,
 			MemoryBudget:   "512MB",
+			RedoStorePages: 16384,
 			Cache: ComputeCache{
 				Strategy:      sharedbuffers.StrategyLFC,
 				LFC:           lfc.DefaultConfig(),
@@ -337,6 +346,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Compute.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Storage.PageSource == PageSourceRedo && c.Storage.ImagePolicy == "fpi" && !c.Compute.FullPageWrites {
+		errs = append(errs, errors.New("storage.image_policy: fpi takes images only from full page images in the WAL: set compute.full_page_writes: true, or use pushdown"))
+	}
+	if c.Compute.RedoStorePages < 0 {
+		errs = append(errs, fmt.Errorf("compute.redo_store_pages: %d: want 0 or more", c.Compute.RedoStorePages))
 	}
 	return joinErrs(errs)
 }

@@ -71,12 +71,25 @@ func skipImport(p string) bool {
 	return strings.HasPrefix(p, "pg_wal/") || strings.HasSuffix(p, "/pg_internal.init") || p == "pg_internal.init"
 }
 
+// ImportTarget is where ImportDataDir writes: a *timeline.Timeline in
+// process, or a timeline over gRPC (client.Client.ImportTarget).
+type ImportTarget interface {
+	Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint32, bool, error)
+	SetRelSize(ctx context.Context, rel pg.RelTag, n uint32, w pg.LSN) error
+	PutPages(ctx context.Context, ws []timeline.PageWrite) (pg.LSN, error)
+	WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error
+	TruncateFile(ctx context.Context, path string, size int64, w pg.LSN) error
+}
+
+var _ ImportTarget = (*timeline.Timeline)(nil)
+
 // ImportDataDir loads a stopped Postgres data directory into tl as writes
 // at W (gated like any compute write): relation files page by page, every
 // other file whole. WAL (pg_wal) and per-process files are skipped. It is
-// how a timeline is bootstrapped from initdb, and what tests use to compare
-// a pageserver's basebackup with Postgres' own files.
-func ImportDataDir(ctx context.Context, tl *timeline.Timeline, dir string, w pg.LSN) error {
+// how a timeline is bootstrapped from initdb (in redo mode, the base WAL
+// ingest starts from: initdb writes its pages without WAL), and what tests
+// use to compare a pageserver's basebackup with Postgres' own files.
+func ImportDataDir(ctx context.Context, tl ImportTarget, dir string, w pg.LSN) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -109,7 +122,7 @@ func ImportDataDir(ctx context.Context, tl *timeline.Timeline, dir string, w pg.
 	})
 }
 
-func importRel(ctx context.Context, tl *timeline.Timeline, path string, tag pg.RelTag, seg uint32, w pg.LSN) error {
+func importRel(ctx context.Context, tl ImportTarget, path string, tag pg.RelTag, seg uint32, w pg.LSN) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err

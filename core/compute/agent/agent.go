@@ -48,6 +48,8 @@ import (
 
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/psbackend"
+	"github.com/stratadb/strata/core/compute/redobackend"
+	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/safekeeper"
@@ -99,6 +101,16 @@ type Config struct {
 	Settings map[string]string
 	// Cache is the cache strategy and the memory budget.
 	Cache CacheConfig
+	// PageSource is PageSourceWriteback (default) or PageSourceRedo
+	// (storage.page_source). In redo mode Timeline is the redo timeline
+	// (the pageserver rebuilds its pages from WAL) and FilesTimeline holds
+	// the non-relation files; relation page writes stay in a local page
+	// store of RedoStorePages pages (core/compute/redobackend).
+	PageSource    string
+	FilesTimeline pg.TimelineID
+	// RedoStorePages bounds the local page store in redo mode (default
+	// 16384 pages, 128 MiB, outside the memory budget).
+	RedoStorePages int
 	// Archive and ArchivePrefix locate archived WAL for pg_wal refills
 	// older than the safekeepers hold (nil: safekeepers only).
 	Archive       objectstore.Store
@@ -125,6 +137,29 @@ func (c *Config) defaults() error {
 	}
 	if c.Quorum == 0 {
 		c.Quorum = len(c.Safekeepers)/2 + 1
+	}
+	switch c.PageSource {
+	case "":
+		c.PageSource = PageSourceWriteback
+	case PageSourceWriteback:
+	case PageSourceRedo:
+		if c.FilesTimeline.IsZero() || c.FilesTimeline == c.Timeline {
+			return fmt.Errorf("%w: page source redo needs a files timeline other than the redo timeline %s", ErrConfig, c.Timeline)
+		}
+		if c.FeedCommit {
+			return fmt.Errorf("%w: page source redo needs a pageserver that follows the safekeepers (WAL ingest), not --feed-commit", ErrConfig)
+		}
+		if v, ok := c.Settings["wal_log_hints"]; ok && !settingOn(v) {
+			return fmt.Errorf("%w: page source redo needs wal_log_hints = on (VACUUM's all-visible marks must move the heap page's LSN, see docs/redo.md), compute.settings has %s", ErrConfig, v)
+		}
+		if c.RedoStorePages < 0 {
+			return fmt.Errorf("%w: redo store pages %d", ErrConfig, c.RedoStorePages)
+		}
+		if c.RedoStorePages == 0 {
+			c.RedoStorePages = 16384
+		}
+	default:
+		return fmt.Errorf("%w: page source %q: want %s or %s", ErrConfig, c.PageSource, PageSourceWriteback, PageSourceRedo)
 	}
 	if c.Quorum < 1 || c.Quorum > len(c.Safekeepers) {
 		return fmt.Errorf("%w: quorum %d of %d safekeepers", ErrConfig, c.Quorum, len(c.Safekeepers))
@@ -170,6 +205,30 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// Page sources (storage.page_source).
+const (
+	PageSourceWriteback = "writeback"
+	PageSourceRedo      = "redo"
+)
+
+// settingOn reports whether a postgresql.conf boolean value is true.
+func settingOn(v string) bool {
+	switch strings.ToLower(strings.Trim(strings.TrimSpace(v), "'\"")) {
+	case "on", "true", "yes", "1", "t", "y":
+		return true
+	}
+	return false
+}
+
+// filesTimeline is the timeline of the non-relation files (and of every
+// page in writeback mode).
+func (c *Config) filesTimeline() pg.TimelineID {
+	if c.PageSource == PageSourceRedo {
+		return c.FilesTimeline
+	}
+	return c.Timeline
+}
+
 // Agent runs one compute. Its methods are safe for concurrent use; Run is
 // called once.
 type Agent struct {
@@ -187,7 +246,9 @@ type Agent struct {
 	mu        sync.Mutex
 	state     string
 	fs        *fusefs.FS
-	be        *psbackend.Backend
+	be        *psbackend.Backend   // every page and file; in redo mode the files only
+	rb        *redobackend.Backend // redo mode: the relation pages
+	rbMetrics *redobackend.Metrics
 	lfc       *lfc.Cache
 	proc      *os.Process
 	done      chan struct{} // closed when the postmaster has exited
@@ -246,6 +307,9 @@ func New(cfg Config) (*Agent, error) {
 			Log:       cfg.Log,
 		},
 	}
+	if cfg.PageSource == PageSourceRedo {
+		a.rbMetrics = redobackend.NewMetrics(a.reg)
+	}
 	for _, c := range []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}} {
 		if err := a.reg.Register(c); err != nil {
 			ps.Close()
@@ -283,8 +347,13 @@ func (a *Agent) Report() Report {
 	r := Report{State: a.state, Term: a.term, DurableEnd: a.e, Restarts: a.restarts,
 		ColdStart: a.coldStart.Round(time.Millisecond).String(), Strategy: a.cfg.Cache.Strategy,
 		Uptime: time.Since(a.born).Round(time.Second).String()}
-	f, be := a.fs, a.be
+	f, be, rb := a.fs, a.be, a.rb
 	a.mu.Unlock()
+	r.PageSource = a.cfg.PageSource
+	if rb != nil {
+		st := rb.Stats()
+		r.RedoStore = &st
+	}
 	if f != nil {
 		r.W = f.WAL().Current()
 		r.CacheHits, r.CacheMisses = f.Waits().CacheHits()
@@ -358,20 +427,31 @@ func (a *Agent) start(ctx context.Context) error {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StartTimeout)
 	defer cancel()
-	tl := a.cfg.Timeline
+	tl := a.cfg.filesTimeline()
+	redo := a.cfg.PageSource == PageSourceRedo
+	timelines := []pg.TimelineID{a.cfg.Timeline}
+	if redo {
+		timelines = append(timelines, a.cfg.FilesTimeline)
+	}
 	a.setState("electing")
-	if err := a.ensureTimeline(ctx); err != nil {
-		return err
+	for _, id := range timelines {
+		if err := a.ensureTimeline(ctx, id); err != nil {
+			return err
+		}
 	}
 	term, ids, e, err := a.elect(ctx)
 	if err != nil {
 		return err
 	}
-	dropped, ack, err := a.ps.BeginTerm(ctx, tl, term, e)
-	if err != nil {
-		return fmt.Errorf("agent: pageserver BeginTerm(%d, %s): %w", term, e, err)
+	for _, id := range timelines {
+		// In redo mode the redo timeline takes this compute's writes only
+		// when it imports initdb's output: fence it all the same.
+		dropped, ack, err := a.ps.BeginTerm(ctx, id, term, e)
+		if err != nil {
+			return fmt.Errorf("agent: pageserver BeginTerm(%d, %s) on timeline %s: %w", term, e, id, err)
+		}
+		a.log.Info().Uint64("term", term).Stringer("timeline", id).Str("durable_end", e.String()).Int("dropped", dropped).Str("pageserver_durable", ack.Durable.String()).Msg("term begun")
 	}
-	a.log.Info().Uint64("term", term).Str("durable_end", e.String()).Int("dropped", dropped).Str("pageserver_durable", ack.Durable.String()).Msg("term begun")
 	a.mu.Lock()
 	a.term, a.e = term, e
 	a.mu.Unlock()
@@ -388,11 +468,28 @@ func (a *Agent) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rels, err := be.ListRels(ctx)
+	var fsBackend fusefs.Backend = be
+	var rb *redobackend.Backend
+	if redo {
+		// Unbounded until a new cluster's initdb output is imported.
+		rb, err = redobackend.Open(ctx, redobackend.Options{Pages: redobackend.ClientPages(a.ps, a.cfg.Timeline), Files: be,
+			Log: a.log, Metrics: a.rbMetrics})
+		if err != nil {
+			return err
+		}
+		fsBackend = rb
+		a.mu.Lock()
+		a.rb = rb
+		a.mu.Unlock()
+	}
+	rels, err := fsBackend.ListRels(ctx)
 	if err != nil {
 		return err
 	}
 	fresh := len(files) == 0 && len(rels) == 0
+	if rb != nil && !fresh {
+		rb.SetMaxPages(a.cfg.RedoStorePages)
+	}
 	walDir := filepath.Join(a.cfg.Scratch, "pg_wal")
 	if err := a.prepareScratch(); err != nil {
 		return err
@@ -454,7 +551,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
-		Backend: be, Cache: fc, WALScratch: walDir, UID: uint32(a.uid), GID: uint32(a.gid),
+		Backend: fsBackend, Cache: fc, WALScratch: walDir, UID: uint32(a.uid), GID: uint32(a.gid),
 		WALStart: e, SendOnlySync: true, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {
@@ -468,6 +565,12 @@ func (a *Agent) start(ctx context.Context) error {
 		a.setState("initdb")
 		if err := a.pgs.InitDB(ctx, a.cfg.Password); err != nil {
 			return err
+		}
+		if rb != nil {
+			if err := a.importBase(ctx); err != nil {
+				return err
+			}
+			rb.SetMaxPages(a.cfg.RedoStorePages)
 		}
 	}
 	if err := a.pgs.Configure(a.settings(ids)); err != nil {
@@ -513,21 +616,44 @@ func (a *Agent) prepareScratch() error {
 	return nil
 }
 
-// ensureTimeline creates the timeline when the pageserver does not have it.
-func (a *Agent) ensureTimeline(ctx context.Context) error {
+// ensureTimeline creates timeline id when the pageserver does not have it.
+func (a *Agent) ensureTimeline(ctx context.Context, id pg.TimelineID) error {
 	tls, err := a.ps.ListTimelines(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: pageserver %s: %w", a.cfg.Pageserver, err)
 	}
 	for _, t := range tls {
-		if t.ID == a.cfg.Timeline {
+		if t.ID == id {
 			return nil
 		}
 	}
-	if _, err := a.ps.CreateTimeline(ctx, a.cfg.Timeline); err != nil {
-		return fmt.Errorf("agent: create timeline %s: %w", a.cfg.Timeline, err)
+	if _, err := a.ps.CreateTimeline(ctx, id); err != nil {
+		return fmt.Errorf("agent: create timeline %s: %w", id, err)
 	}
-	a.log.Info().Str("timeline", a.cfg.Timeline.String()).Msg("timeline created")
+	a.log.Info().Str("timeline", id.String()).Msg("timeline created")
+	return nil
+}
+
+// importBase imports initdb's output (read back through the mount) into
+// the redo timeline at its shutdown checkpoint: initdb writes relation
+// pages without WAL, so they are the base that WAL ingest builds on. The
+// writes are gated like any compute write; the pageserver starts WAL
+// ingest from the checkpoint once it sees them.
+func (a *Agent) importBase(ctx context.Context) error {
+	a.setState("importing initdb's output")
+	t0 := time.Now()
+	b, err := os.ReadFile(filepath.Join(a.cfg.Mountpoint, ControlFile))
+	if err != nil {
+		return fmt.Errorf("agent: initdb's pg_control: %w", err)
+	}
+	ctl, err := ParseControl(b)
+	if err != nil {
+		return err
+	}
+	if err := pageserver.ImportDataDir(ctx, a.ps.ImportTarget(a.cfg.Timeline), a.cfg.Mountpoint, ctl.Checkpoint); err != nil {
+		return fmt.Errorf("agent: importing initdb's output into the redo timeline %s: %w", a.cfg.Timeline, err)
+	}
+	a.log.Info().Stringer("timeline", a.cfg.Timeline).Stringer("checkpoint", ctl.Checkpoint).Dur("took", time.Since(t0)).Msg("initdb's output imported as the redo timeline's base")
 	return nil
 }
 
@@ -609,6 +735,10 @@ func (a *Agent) settings(ids []string) map[string]string {
 	}
 	for k, v := range a.cfg.Settings {
 		s[k] = v
+	}
+	if a.cfg.PageSource == PageSourceRedo {
+		// Checked in Config.defaults: redo needs it (docs/redo.md).
+		s["wal_log_hints"] = "on"
 	}
 	// The agent finds a dead postmaster's backends by this tag in their
 	// process titles (orphans.go).
@@ -818,7 +948,7 @@ func (a *Agent) teardown(clean bool) error {
 	a.killGroup()
 	a.mu.Lock()
 	f, be, l := a.fs, a.be, a.lfc
-	a.fs, a.be, a.lfc, a.proc = nil, nil, nil, nil
+	a.fs, a.be, a.rb, a.lfc, a.proc = nil, nil, nil, nil, nil
 	a.mu.Unlock()
 	var errs []error
 	if be != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/redobackend"
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/sdk/cache"
 	"github.com/stratadb/strata/sdk/pg"
@@ -57,6 +58,10 @@ type Report struct {
 	CacheMisses uint64     `json:"cache_misses"`
 	Uptime      string     `json:"uptime"`
 	Waits       []WaitStat `json:"waits"`
+	// PageSource is writeback or redo; RedoStore the local page store's
+	// sizes in redo mode.
+	PageSource string             `json:"page_source,omitempty"`
+	RedoStore  *redobackend.Stats `json:"redo_store,omitempty"`
 }
 
 // fsWaits turns the filesystem's counters into report lines.

@@ -97,6 +97,10 @@ type Options struct {
 	Log      zerolog.Logger
 	// Registry receives the Backend's metrics (nil: none).
 	Registry *prometheus.Registry
+	// Metrics, when set, are used instead of new ones in Registry: a
+	// compute that opens a Backend at every start of Postgres keeps one
+	// set of counters (NewMetrics).
+	Metrics *Metrics
 }
 
 type entry struct {
@@ -114,7 +118,7 @@ type relState struct {
 // Backend implements fusefs.Backend for redo mode. Safe for concurrent use.
 type Backend struct {
 	o Options
-	m metrics
+	m *Metrics
 
 	mu      sync.Mutex
 	rels    map[pg.RelTag]*relState
@@ -131,7 +135,11 @@ func Open(ctx context.Context, o Options) (*Backend, error) {
 	if o.Pages == nil || o.Files == nil {
 		return nil, errors.New("redobackend: Options.Pages and Options.Files are required")
 	}
-	b := &Backend{o: o, m: newMetrics(o.Registry), rels: map[pg.RelTag]*relState{}, pages: map[pg.PageKey]*entry{},
+	m := o.Metrics
+	if m == nil {
+		m = NewMetrics(o.Registry)
+	}
+	b := &Backend{o: o, m: m, rels: map[pg.RelTag]*relState{}, pages: map[pg.PageKey]*entry{},
 		lru: list.New(), evicted: map[pg.PageKey]pg.LSN{}}
 	rels, err := o.Pages.ListRels(ctx)
 	if err != nil {
@@ -294,6 +302,16 @@ func (b *Backend) evictLocked() {
 	}
 }
 
+// SetMaxPages changes the local store's bound (0: unbounded) and evicts
+// down to it. A compute that runs initdb keeps the store unbounded until
+// initdb's pages are imported into the pageserver (they have no WAL).
+func (b *Backend) SetMaxPages(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.o.MaxPages = n
+	b.evictLocked()
+}
+
 // dropPagesLocked forgets the stored and evicted pages of rel at or above from.
 func (b *Backend) dropPagesLocked(rel pg.RelTag, from uint32) {
 	for k, e := range b.pages {
@@ -399,6 +417,18 @@ func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
 // (their WAL is durable on the safekeepers); files do.
 func (b *Backend) Sync(ctx context.Context, w pg.LSN) error { return b.o.Files.Sync(ctx, w) }
 
+var _ fusefs.Sender = (*Backend)(nil)
+
+// Send implements fusefs.Sender: it sends what Files buffered without
+// waiting for durability (a Files backend that is no Sender has nothing
+// buffered). Relation pages have nothing to send.
+func (b *Backend) Send(ctx context.Context) error {
+	if s, ok := b.o.Files.(fusefs.Sender); ok {
+		return s.Send(ctx)
+	}
+	return nil
+}
+
 // Stats are the local store's counters.
 type Stats struct {
 	Pages, Pinned, Evicted int
@@ -411,11 +441,13 @@ func (b *Backend) Stats() Stats {
 	return Stats{Pages: len(b.pages), Pinned: len(b.pages) - b.lru.Len(), Evicted: len(b.evicted)}
 }
 
-type metrics struct {
+// Metrics are a Backend's counters.
+type Metrics struct {
 	hits, fetches, zeros, writes, evictions prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry) metrics {
+// NewMetrics returns counters registered in reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	c := func(name, help string) prometheus.Counter {
 		ctr := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "strata", Subsystem: "redobackend", Name: name, Help: help})
 		if reg != nil {
@@ -423,7 +455,7 @@ func newMetrics(reg *prometheus.Registry) metrics {
 		}
 		return ctr
 	}
-	return metrics{
+	return &Metrics{
 		hits:      c("local_reads_total", "Page reads served by the local page store."),
 		fetches:   c("getpage_total", "Page reads sent to the pageserver (rebuilt from WAL)."),
 		zeros:     c("fresh_reads_total", "Reads of never-written blocks past a fork's known end, served as zeros."),

@@ -579,3 +579,38 @@ func (c *Client) AdvanceCommitLSN(ctx context.Context, id pg.TimelineID, lsn pg.
 	_, err := c.rpc.AdvanceCommitLSN(ctx, &pb.AdvanceCommitLSNRequest{Timeline: id[:], CommitLsn: uint64(lsn)})
 	return fromStatus(err)
 }
+
+// ImportTarget returns timeline tl as the target of
+// pageserver.ImportDataDir: writes go over gRPC with the client's term.
+func (c *Client) ImportTarget(tl pg.TimelineID) pageserver.ImportTarget {
+	return importTarget{c: c, tl: tl}
+}
+
+type importTarget struct {
+	c  *Client
+	tl pg.TimelineID
+}
+
+func (t importTarget) Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint32, bool, error) {
+	r, err := t.c.Nblocks(ctx, t.tl, []pg.RelTag{rel}, lsn, 0)
+	if err != nil {
+		return 0, false, err
+	}
+	return r[0].Nblocks, r[0].Exists, nil
+}
+
+func (t importTarget) SetRelSize(ctx context.Context, rel pg.RelTag, n uint32, w pg.LSN) error {
+	return t.c.SetRelSize(ctx, t.tl, rel, n, w)
+}
+
+func (t importTarget) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
+	return t.c.PutPages(ctx, t.tl, ws)
+}
+
+func (t importTarget) WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error {
+	return t.c.WriteFile(ctx, t.tl, path, off, data, w)
+}
+
+func (t importTarget) TruncateFile(ctx context.Context, path string, size int64, w pg.LSN) error {
+	return t.c.TruncateFile(ctx, t.tl, path, size, w)
+}

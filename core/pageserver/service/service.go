@@ -45,6 +45,12 @@ type Options struct {
 	// only names the timeline to bootstrap).
 	Safekeepers []string
 	Timeline    pg.TimelineID
+	// FilesTimeline, with Safekeepers, puts the group in redo mode
+	// (storage.page_source: redo): Timeline is the redo timeline (WAL
+	// ingest on top of the imported initdb base, so the image policy must
+	// be fpi or pushdown) and FilesTimeline holds the compute's
+	// non-relation files, gated by the same commit LSN.
+	FilesTimeline pg.TimelineID
 	// SafekeeperPoll is the status poll interval while page writes wait
 	// for the commit LSN (0: sklink's default).
 	SafekeeperPoll time.Duration
@@ -143,10 +149,20 @@ func Run(ctx context.Context, o Options) error {
 		// WAL deltas need the Go redo engine to be materialized.
 		deps.Redo = walingest.Redo{Engine: postgres.NewEngine(postgres.Options{})}
 	}
+	var gated []pg.TimelineID
+	if !o.FilesTimeline.IsZero() {
+		switch {
+		case len(o.Safekeepers) == 0:
+			return fmt.Errorf("%w: a files timeline (redo mode) needs the safekeepers", pageserver.ErrConfig)
+		case cfg.ImagePolicy == "writeback":
+			return fmt.Errorf("%w: redo mode (a files timeline) needs image_policy fpi or pushdown, not writeback: pages come from WAL ingest", pageserver.ErrConfig)
+		}
+		gated = []pg.TimelineID{o.FilesTimeline}
+	}
 	var link *sklink.Link
 	if len(o.Safekeepers) > 0 {
 		var err error
-		link, err = sklink.New(sklink.Config{Safekeepers: o.Safekeepers, Timeline: o.Timeline, FastPoll: o.SafekeeperPoll},
+		link, err = sklink.New(sklink.Config{Safekeepers: o.Safekeepers, Timeline: o.Timeline, Gated: gated, FastPoll: o.SafekeeperPoll},
 			sklink.Options{Ingest: cfg.ImagePolicy != "writeback"}, log, reg)
 		if err != nil {
 			return err
@@ -189,7 +205,11 @@ func Run(ctx context.Context, o Options) error {
 		go func() { _ = link.Run(lctx, ps); close(done) }()
 		// Runs before ps.Close: the link stops using the timelines first.
 		defer func() { stop(); <-done; link.Close() }()
-		log.Info().Stringer("timeline", o.Timeline).Strs("safekeepers", o.Safekeepers).Str("image_policy", cfg.ImagePolicy).Msg("timeline bound to the safekeepers")
+		ev := log.Info().Stringer("timeline", o.Timeline).Strs("safekeepers", o.Safekeepers).Str("image_policy", cfg.ImagePolicy)
+		if len(gated) > 0 {
+			ev = ev.Stringer("files_timeline", o.FilesTimeline).Str("page_source", "redo")
+		}
+		ev.Msg("timeline bound to the safekeepers")
 	}
 	if cfg.MetricsAddr != "" {
 		ms, err := metrics.Serve(cfg.MetricsAddr, reg, log)

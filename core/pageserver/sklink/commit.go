@@ -41,6 +41,11 @@ type Config struct {
 	Safekeepers []string
 	// Timeline is the pageserver timeline bound to the group.
 	Timeline pg.TimelineID
+	// Gated are further timelines whose writes the same commit LSN gates
+	// (no WAL ingest): in redo mode, the compute's non-relation files
+	// (storage.page_source: redo keeps them on their own timeline, next
+	// to the redo timeline that WAL ingest feeds).
+	Gated []pg.TimelineID
 	// FastPoll is the status poll interval while versions wait for the
 	// commit LSN (default 2 ms).
 	FastPoll time.Duration
@@ -76,6 +81,11 @@ func (c Config) Validate() error {
 	}
 	if c.Timeline.IsZero() {
 		return fmt.Errorf("%w: no timeline", ErrConfig)
+	}
+	for _, g := range c.Gated {
+		if g.IsZero() || g == c.Timeline {
+			return fmt.Errorf("%w: gated timeline %s is empty or the bound timeline", ErrConfig, g)
+		}
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Safekeepers {

@@ -3,6 +3,7 @@ package sklink
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ func New(cfg Config, opts Options, log zerolog.Logger, reg prometheus.Registerer
 func (l *Link) Deps(d pageserver.Deps) pageserver.Deps {
 	prev, prevAfter := d.Commit, d.AfterWrite
 	d.Commit = func(id pg.TimelineID) timeline.CommitLSNSource {
-		if id == l.cfg.Timeline {
+		if l.bound(id) {
 			return l.Commit
 		}
 		if prev != nil {
@@ -82,11 +83,16 @@ func (l *Link) Deps(d pageserver.Deps) pageserver.Deps {
 		if prevAfter != nil {
 			prevAfter(tl)
 		}
-		if tl.ID() == l.cfg.Timeline && tl.PendingCount() > 0 {
+		if l.bound(tl.ID()) && tl.PendingCount() > 0 {
 			l.Commit.Kick()
 		}
 	}
 	return d
+}
+
+// bound reports whether the group's commit LSN gates timeline id.
+func (l *Link) bound(id pg.TimelineID) bool {
+	return id == l.cfg.Timeline || slices.Contains(l.cfg.Gated, id)
 }
 
 // Run polls the safekeepers, releases gated versions as the commit LSN
@@ -94,24 +100,32 @@ func (l *Link) Deps(d pageserver.Deps) pageserver.Deps {
 // need not exist yet: Run uses it once it does (ingest once it has a base,
 // a last record LSN above 0, e.g. an imported initdb output).
 func (l *Link) Run(ctx context.Context, ps Timelines) error {
-	lookup := func() *timeline.Timeline {
-		tl, err := ps.Timeline(l.cfg.Timeline)
+	lookupID := func(id pg.TimelineID) *timeline.Timeline {
+		tl, err := ps.Timeline(id)
 		if err != nil {
 			return nil
 		}
 		return tl
 	}
+	lookup := func() *timeline.Timeline { return lookupID(l.cfg.Timeline) }
+	all := append([]pg.TimelineID{l.cfg.Timeline}, l.cfg.Gated...)
 	l.Commit.SetHooks(Hooks{
 		Advanced: func(pg.LSN) {
-			if tl := lookup(); tl != nil {
-				if err := tl.CommitAdvanced(); err != nil && !errors.Is(err, timeline.ErrClosed) {
-					l.log.Error().Err(err).Msg("releasing gated versions")
+			for _, id := range all {
+				if tl := lookupID(id); tl != nil {
+					if err := tl.CommitAdvanced(); err != nil && !errors.Is(err, timeline.ErrClosed) {
+						l.log.Error().Err(err).Stringer("timeline", id).Msg("releasing gated versions")
+					}
 				}
 			}
 		},
 		Waiting: func() bool {
-			tl := lookup()
-			return tl != nil && tl.PendingCount() > 0
+			for _, id := range all {
+				if tl := lookupID(id); tl != nil && tl.PendingCount() > 0 {
+					return true
+				}
+			}
+			return false
 		},
 	})
 	var wg sync.WaitGroup
@@ -139,7 +153,10 @@ func (l *Link) runIngest(ctx context.Context, lookup func() *timeline.Timeline) 
 			start := tl.LSNs().LastRecord
 			l.log.Info().Stringer("from", start).Msg("WAL ingest starts")
 			in := &walingest.Ingester{TL: tl, BatchSize: 256}
-			err := in.Follow(ctx, l.src, "pageserver-"+l.cfg.Timeline.String(), start, l.log)
+			fctx, cancel := context.WithCancel(ctx)
+			go l.watchIngest(fctx, cancel, tl)
+			err := in.Follow(fctx, l.src, "pageserver-"+l.cfg.Timeline.String(), start, l.log)
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}
@@ -153,6 +170,35 @@ func (l *Link) runIngest(ctx context.Context, lookup func() *timeline.Timeline) 
 			return
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// ingestStall is how long WAL ingest may make no progress while the
+// group's commit LSN is ahead of it before its stream is opened again.
+const ingestStall = 10 * time.Second
+
+// watchIngest cancels a WAL stream that delivers nothing while the
+// group's commit LSN is ahead of the timeline's last ingested record (a
+// stream that hangs; seen once after a restart of the whole cluster, cause
+// not found yet): a GetPage that waits for that WAL would otherwise time
+// out. The caller opens a new stream.
+func (l *Link) watchIngest(ctx context.Context, cancel context.CancelFunc, tl *timeline.Timeline) {
+	t := time.NewTicker(ingestStall)
+	defer t.Stop()
+	last := tl.LSNs().LastRecord
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := tl.LSNs().LastRecord
+		if commit := l.Commit.CommitLSN(); cur == last && commit > cur {
+			l.log.Warn().Stringer("ingested", cur).Stringer("commit", commit).Dur("stalled", ingestStall).Msg("WAL ingest makes no progress; opening the stream again")
+			cancel()
+			return
+		}
+		last = cur
 	}
 }
 

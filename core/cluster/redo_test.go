@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+)
+
+// redoStorePages is the compute's local page store in the redo tests:
+// small, so that pgbench's pages are evicted and read back from the
+// pageserver (rebuilt from WAL) while it runs.
+const redoStorePages = 1000
+
+// newRedoCluster is newTestCluster with storage.page_source redo, the
+// pushdown image policy, full_page_writes off and a small local page store
+// (configs/redo.yaml, scaled down).
+func newRedoCluster(t *testing.T) (*Cluster, *config.Config) {
+	t.Helper()
+	_, base := newTestCluster(t)
+	b, err := os.ReadFile(base.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(b), "compute:\n", "compute:\n  full_page_writes: false\n  redo_store_pages: "+itoa(redoStorePages)+"\n", 1) +
+		"storage:\n  page_source: redo\n  image_policy: pushdown\n"
+	if err := os.WriteFile(base.Path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadEnv(base.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg, buildStrata(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg
+}
+
+func queryString(t *testing.T, ctx context.Context, url, sql string) string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
+
+// redoCheckSQL sums up the redo tests' data: the table t and pgbench's.
+const redoCheckSQL = `SELECT concat_ws(' ',
+	(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
+	(SELECT count(*) FROM pgbench_accounts), (SELECT sum(abalance) FROM pgbench_accounts),
+	(SELECT sum(bbalance) FROM pgbench_branches), (SELECT sum(tbalance) FROM pgbench_tellers),
+	(SELECT coalesce(sum(delta), 0) FROM pgbench_history))`
+
+// checkPgbench fails unless the pgbench balances agree with each other and
+// with the history (fields 4-7 of redoCheckSQL).
+func checkPgbench(t *testing.T, sum string) {
+	t.Helper()
+	f := strings.Fields(sum)
+	if len(f) != 7 || f[3] != f[4] || f[3] != f[5] || f[3] != f[6] {
+		t.Fatalf("pgbench balances disagree: %s", sum)
+	}
+}
+
+// TestRedoUpDownUp: `strata up` with storage.page_source redo (the
+// compute's page writes stay in its local store; the pageserver rebuilds
+// pages from the safekeepers' WAL on top of initdb's imported output), a
+// table, pgbench -i -s 2 and 10 s of pgbench with a local store of 1000
+// pages (so pages are evicted and read back from WAL), pg_amcheck; then
+// down, up again (a new compute with an empty store: every page from the
+// pageserver) and the same data, pg_amcheck clean.
+func TestRedoUpDownUp(t *testing.T) {
+	c, _ := newRedoCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("up (initdb, import, start) in %s", time.Since(t0).Round(time.Millisecond))
+	for setting, want := range map[string]string{"wal_log_hints": "on", "full_page_writes": "off"} {
+		if got := queryString(t, ctx, url, "SHOW "+setting); got != want {
+			t.Fatalf("%s = %q, want %q", setting, got, want)
+		}
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
+	exec1(t, ctx, url, "UPDATE t SET v = 'u' || id WHERE id % 7 = 0")
+	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM t WHERE v LIKE 'u%'"); got != "714" {
+		t.Fatalf("updated rows: %s, want 714", got)
+	}
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "4", "-j", "2", "-T", "10")
+	exec1(t, ctx, url, "VACUUM t")
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	want := queryString(t, ctx, url, redoCheckSQL)
+	checkPgbench(t, want)
+	t.Logf("first compute: %s (%s since up)", want, time.Since(t0).Round(time.Millisecond))
+
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	if url, err = c.Up(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, redoCheckSQL); got != want {
+		t.Fatalf("after down and up: %s, want %s", got, want)
+	}
+	pgtool(t, url, "pg_amcheck", "--all", "--heapallindexed")
+	t.Logf("after down and up (%s): same data, pg_amcheck clean", time.Since(t1).Round(time.Millisecond))
+}
+
+// TestRedoRefusesPageSourceSwitch: a cluster created in redo mode does
+// not start in writeback mode (its pages are not the compute's).
+func TestRedoRefusesPageSourceSwitch(t *testing.T) {
+	c, cfg := newRedoCluster(t)
+	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.checkPageSource(); err != nil {
+		t.Fatal(err)
+	}
+	wb := *cfg
+	wb.Storage = config.Storage{PageSource: config.PageSourceWriteback, ImagePolicy: "writeback"}
+	c2, err := New(&wb, c.strata, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.Up(context.Background(), func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "cannot switch") {
+		t.Fatalf("up in writeback on a redo cluster: %v", err)
+	}
+}
