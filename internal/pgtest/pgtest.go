@@ -7,8 +7,11 @@
 package pgtest
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -367,4 +370,61 @@ func (s *Server) Pgbench(args ...string) (string, error) {
 		return string(out), fmt.Errorf("pgtest: pgbench %s: %w", strings.Join(args, " "), err)
 	}
 	return string(out), nil
+}
+
+// OnDataDir returns a Server for an existing, stopped data directory owned
+// by the postgres OS user (a restored backup): it appends the test's
+// listen settings to postgresql.conf, replaces pg_hba.conf with trust on
+// 127.0.0.1, and stops the server at cleanup. Launch starts it.
+func OnDataDir(t testing.TB, dataDir, sockDir string) *Server {
+	t.Helper()
+	s := &Server{t: t, DataDir: dataDir, SockDir: sockDir, Port: FreePort(t)}
+	appendFile(t, filepath.Join(dataDir, "postgresql.conf"), fmt.Sprintf(
+		"listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nlogging_collector = off\n", s.Port, sockDir))
+	hba := filepath.Join(dataDir, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte("local all all trust\nhost all all 127.0.0.1/32 trust\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Chown(hba); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Untar extracts a tar stream (a basebackup) into dir, every entry owned
+// by the postgres OS user, folders 0700 and files 0600.
+func Untar(t testing.TB, r io.Reader, dir string) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o700)
+		case tar.TypeReg:
+			var f *os.File
+			if f, err = os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err == nil {
+				_, err = io.Copy(f, tr)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+		default:
+			continue
+		}
+		if err == nil {
+			err = Chown(p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
