@@ -24,6 +24,21 @@ var ErrNoQuorum = errors.New("safekeeper: no quorum")
 // postgres is the host:port the safekeepers then stream from ("" keeps
 // their configured one). It drives the pure election.Proposer.
 func Elect(ctx context.Context, term uint64, computeID, postgres string, members []string) (pg.LSN, error) {
+	return ElectWith(ctx, term, computeID, postgres, members, ElectOptions{})
+}
+
+// ElectOptions refine an election.
+type ElectOptions struct {
+	// Trim, when set, is called once the votes are in with the donor's
+	// address, E and the start of the donor's last term, and returns where
+	// the new term's WAL starts (at most E): the compute agent passes the
+	// end of the last complete WAL record at or below E (see
+	// election.Proposer.Trim). An error fails the election.
+	Trim func(ctx context.Context, donor string, end, floor pg.LSN) (pg.LSN, error)
+}
+
+// ElectWith is Elect with options.
+func ElectWith(ctx context.Context, term uint64, computeID, postgres string, members []string, o ElectOptions) (pg.LSN, error) {
 	clients := map[string]*server.Client{}
 	for _, m := range members {
 		c, err := server.Dial(m)
@@ -61,7 +76,14 @@ func Elect(ctx context.Context, term uint64, computeID, postgres string, members
 	case election.Voting:
 		return 0, fmt.Errorf("%w of votes for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
 	}
-	_, end := p.Donor()
+	donor, end := p.Donor()
+	if o.Trim != nil {
+		start, err := o.Trim(ctx, donor, end, p.LastTermStart())
+		if err != nil {
+			return 0, fmt.Errorf("safekeeper: election for term %d: the WAL tail of donor %s: %w", term, donor, err)
+		}
+		end = p.Trim(start)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for m, req := range p.AcceptRequests() {

@@ -49,6 +49,7 @@ import (
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/compute/redobackend"
+	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
@@ -691,7 +692,8 @@ func (a *Agent) elect(ctx context.Context) (uint64, []string, pg.LSN, error) {
 	postgresAddr := "127.0.0.1:" + strconv.Itoa(a.cfg.Port)
 	for try := 0; ; try++ {
 		term := top + 1
-		e, err := safekeeper.Elect(ctx, term, a.cfg.ComputeID, postgresAddr, a.cfg.Safekeepers)
+		e, err := safekeeper.ElectWith(ctx, term, a.cfg.ComputeID, postgresAddr, a.cfg.Safekeepers,
+			safekeeper.ElectOptions{Trim: a.trimToRecord})
 		if err == nil {
 			a.log.Info().Uint64("term", term).Str("durable_end", e.String()).Strs("safekeepers", ids).Msg("elected")
 			return term, ids, e, nil
@@ -701,6 +703,41 @@ func (a *Agent) elect(ctx context.Context) (uint64, []string, pg.LSN, error) {
 		}
 		top = term // someone else took it: go higher
 	}
+}
+
+// trimToRecord returns the end of the last complete WAL record at or below
+// the donor's flush end: a killed Postgres can leave a record cut on the
+// safekeepers, the next Postgres' recovery ends before it and writes on
+// from there, so the new term starts there and no safekeeper keeps the cut
+// tail (see election.Proposer.Trim).
+func (a *Agent) trimToRecord(ctx context.Context, donor string, end, floor pg.LSN) (pg.LSN, error) {
+	c, err := server.Dial(donor)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	read := func(ctx context.Context, from, to pg.LSN) ([]byte, error) {
+		var out []byte
+		err := c.ReadWAL(ctx, from, to, server.BoundFlush, func(_ pg.LSN, d []byte) error {
+			out = append(out, d...)
+			return nil
+		})
+		return out, err
+	}
+	w, err := walpos.RecordEndAtOrBelow(ctx, read, end, floor, pg.WALSegmentSize)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		// The donor no longer holds the page before its end (WAL removed
+		// up to a segment boundary): keep the end as it is, as before.
+		a.log.Warn().Err(err).Str("donor", donor).Str("donor_end", end.String()).Msg("could not find the last record end below the donor's end; starting the term there")
+		return end, nil
+	}
+	if w != end {
+		a.log.Info().Str("donor_end", end.String()).Str("record_end", w.String()).Msg("the donor's WAL ends inside a record: the new term starts at the record end before it")
+	}
+	return w, nil
 }
 
 func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {

@@ -122,6 +122,10 @@ func startRig(t *testing.T) *rig {
 		wg.Wait()
 		g.Stop()
 		ps.Close()
+		if t.Failed() && os.Getenv("STRATA_KEEP_FAILED") != "" {
+			t.Logf("kept the test folder %s (STRATA_KEEP_FAILED)", dir)
+			return
+		}
 		os.RemoveAll(dir)
 	}
 	t.Cleanup(r.stopAll)

@@ -12,6 +12,7 @@ import (
 	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -112,6 +113,77 @@ func FillWAL(ctx context.Context, src WALSource, dir string, tli pg.PGTimeline, 
 	if end <= from {
 		return 0, nil
 	}
+	// Each safekeeper (then the archive) in turn is the first choice for
+	// every segment, until the WAL written is one unbroken chain of valid
+	// records from `from` to its last record end at or below end.
+	var errs []error
+	for i := range max(1, len(src.Safekeepers)) {
+		try := src
+		try.Safekeepers = append(append([]string(nil), src.Safekeepers[i:]...), src.Safekeepers[:i]...)
+		n, err := fillSegments(ctx, try, dir, tli, from, end, seg, uid, gid)
+		if err != nil {
+			return n, err
+		}
+		err = checkWAL(ctx, dir, from, end, seg)
+		if err == nil {
+			return n, nil
+		}
+		first := "the archive"
+		if len(try.Safekeepers) > 0 {
+			first = try.Safekeepers[0]
+		}
+		errs = append(errs, fmt.Errorf("WAL preferring %s: %w", first, err))
+	}
+	return 0, fmt.Errorf("%w: %s..%s: %w", ErrWALBroken, from, end, errors.Join(errs...))
+}
+
+// ErrWALBroken: the WAL up to the durable end is not one chain of valid
+// records on any source; starting Postgres on it would end recovery early
+// and lose acknowledged commits, so the agent refuses.
+var ErrWALBroken = errors.New("agent: the WAL up to the durable end is broken")
+
+// checkWAL walks the records of the WAL in dir from `from` (a record start:
+// a checkpoint's REDO point), verifying each (length, page headers, back
+// link, CRC), and fails when the chain ends before the last record end at
+// or below end: a hole or a damaged record that Postgres' recovery would
+// stop at.
+func checkWAL(ctx context.Context, dir string, from, end pg.LSN, seg uint64) error {
+	src, err := wal.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	read := func(_ context.Context, a, b pg.LSN) ([]byte, error) {
+		buf := make([]byte, wal.PageSize)
+		page := a / wal.PageSize * wal.PageSize
+		if err := src.ReadPage(page, buf); err != nil {
+			return nil, err
+		}
+		return buf[a-page : b-page], nil
+	}
+	want, err := walpos.RecordEndAtOrBelow(ctx, read, end, from, seg)
+	if err != nil {
+		return err
+	}
+	src2, err := wal.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer src2.Close()
+	r := wal.NewReader(src2, from)
+	reached := from
+	for reached < want {
+		rec, err := r.Next()
+		if err != nil {
+			return fmt.Errorf("the records end at %s, the last record ends at %s: %w", reached, want, err)
+		}
+		reached = pg.LSN((uint64(rec.EndLSN) + 7) &^ 7)
+	}
+	return nil
+}
+
+// fillSegments writes the segments of [from, end) into dir (see FillWAL).
+func fillSegments(ctx context.Context, src WALSource, dir string, tli pg.PGTimeline, from, end pg.LSN, seg uint64, uid, gid int) (int, error) {
 	n := 0
 	for no := from.Segment(seg); no*seg < uint64(end); no++ {
 		name := walpos.FormatSegmentName(tli, no, seg)

@@ -1,7 +1,9 @@
 package walpos
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -36,7 +38,14 @@ func maxAlign(n uint64) uint64 { return (n + 7) &^ 7 }
 // xl_tot_len, give their length; a zero length (the zeroed rest of a partly
 // filled page) or a record that runs past the page end stops the walk.
 func pageRecordEnd(p []byte, at pg.LSN, segSize uint64) (end pg.LSN, found, valid bool) {
-	if len(p) != PageSize {
+	return pageRecordEndBelow(p, at, PageSize, segSize)
+}
+
+// pageRecordEndBelow is pageRecordEnd for a page of which only the first
+// limit bytes are WAL: a record (with its MAXALIGN padding) must end at or
+// below at+limit to count.
+func pageRecordEndBelow(p []byte, at pg.LSN, limit uint64, segSize uint64) (end pg.LSN, found, valid bool) {
+	if len(p) != PageSize || limit > PageSize {
 		return 0, false, false
 	}
 	magic := binary.LittleEndian.Uint16(p[0:2])
@@ -58,14 +67,14 @@ func pageRecordEnd(p []byte, at pg.LSN, segSize uint64) (end pg.LSN, found, vali
 		if remLen == 0 {
 			return 0, false, false
 		}
-		if hdr+remLen > PageSize {
-			return 0, false, true // the whole page continues one record
+		if hdr+remLen > PageSize || maxAlign(hdr+remLen) > limit {
+			return 0, false, true // the (known part of the) page continues one record
 		}
 		pos = hdr + remLen
 		end, found = at+pg.LSN(maxAlign(pos)), true
 		pos = maxAlign(pos)
 	}
-	for pos+4 <= PageSize {
+	for pos+4 <= limit {
 		tot := uint64(binary.LittleEndian.Uint32(p[pos : pos+4]))
 		if tot == 0 {
 			break
@@ -75,8 +84,8 @@ func pageRecordEnd(p []byte, at pg.LSN, segSize uint64) (end pg.LSN, found, vali
 			// before is still exact.
 			break
 		}
-		if pos+tot > PageSize {
-			break // continues on the next page: not complete here
+		if pos+tot > PageSize || maxAlign(pos+tot) > limit {
+			break // continues past the page or the known WAL: not complete here
 		}
 		pos = maxAlign(pos + tot)
 		end, found = at+pg.LSN(pos), true
@@ -135,4 +144,49 @@ func (t *Tracker) WroteData(name string, off int64, data []byte) (pg.LSN, bool) 
 	}
 	t.Advance(end)
 	return end, true
+}
+
+// ReadFunc reads the WAL in [from, to).
+type ReadFunc func(ctx context.Context, from, to pg.LSN) ([]byte, error)
+
+// RecordEndAtOrBelow returns the end of the last complete WAL record at or
+// below e (a durable end of WAL that may cut a record: the safekeepers store
+// whatever Postgres flushed), reading pages backwards from the one that
+// holds e; floor is a known record end at or below e (the start of the
+// current term), returned when no record ends between it and e. This is
+// where Postgres' crash recovery on WAL up to e ends, and so where the next
+// Postgres writes on.
+func RecordEndAtOrBelow(ctx context.Context, read ReadFunc, e, floor pg.LSN, segSize uint64) (pg.LSN, error) {
+	if e <= floor {
+		return e, nil
+	}
+	page := make([]byte, PageSize)
+	for at := pg.LSN((uint64(e) - 1) / PageSize * PageSize); ; at -= PageSize {
+		if at+PageSize <= floor {
+			return floor, nil
+		}
+		limit := min(uint64(e-at), PageSize)
+		if limit < longHeaderSize && uint64(at)%segSize == 0 || limit < shortHeaderSize {
+			continue // no record data on this page below e
+		}
+		data, err := read(ctx, at, at+pg.LSN(limit))
+		if err != nil {
+			return 0, fmt.Errorf("walpos: read WAL %s..%s: %w", at, at+pg.LSN(limit), err)
+		}
+		if len(data) != int(limit) {
+			return 0, fmt.Errorf("walpos: read WAL %s..%s: got %d bytes", at, at+pg.LSN(limit), len(data))
+		}
+		clear(page)
+		copy(page, data)
+		end, found, valid := pageRecordEndBelow(page, at, limit, segSize)
+		if !valid {
+			return 0, fmt.Errorf("walpos: the WAL page at %s is not a PostgreSQL 15 page for that LSN", at)
+		}
+		if found {
+			return max(end, floor), nil
+		}
+		if at == 0 {
+			return floor, nil
+		}
+	}
 }

@@ -3,6 +3,9 @@ package walpos
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"encoding/binary"
 	"math/rand/v2"
 	"os"
@@ -303,4 +306,60 @@ func TestLastRecordEndRandomPages(t *testing.T) {
 			t.Fatalf("end %s outside page %s", got, at)
 		}
 	}
+}
+
+// TestRecordEndAtOrBelowOnRealWAL cuts initdb's WAL at random LSNs (as a
+// safekeeper's flush can cut a record) and checks that the end found is the
+// highest record end at or below the cut, per pg_waldump.
+func TestRecordEndAtOrBelowOnRealWAL(t *testing.T) {
+	seg, segStart, recs := realWAL(t)
+	var ends []pg.LSN
+	for _, r := range recs {
+		ends = append(ends, r.end(pg.WALSegmentSize))
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	floor, walEnd := ends[0], ends[len(ends)-1]
+	reads := 0
+	read := func(_ context.Context, from, to pg.LSN) ([]byte, error) {
+		reads++
+		if from < segStart || to > segStart+pg.LSN(len(seg)) || from > to {
+			return nil, fmt.Errorf("read %s..%s outside the segment", from, to)
+		}
+		return seg[from-segStart : to-segStart], nil
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	cuts := []pg.LSN{floor, walEnd}
+	for i := 0; i < 2000; i++ {
+		cuts = append(cuts, floor+pg.LSN(rng.Uint64N(uint64(walEnd-floor)+1)))
+	}
+	for _, e := range ends[:min(len(ends), 300)] {
+		cuts = append(cuts, e, e-1, e+1)
+	}
+	ctx := context.Background()
+	for _, e := range cuts {
+		if e < floor || e > walEnd+1 {
+			continue
+		}
+		i := sort.Search(len(ends), func(i int) bool { return ends[i] > e }) - 1
+		want := ends[i]
+		got, err := RecordEndAtOrBelow(ctx, read, e, floor, pg.WALSegmentSize)
+		if err != nil {
+			t.Fatalf("cut at %s: %v", e, err)
+		}
+		if got != want {
+			t.Fatalf("cut at %s: got %s, want %s", e, got, want)
+		}
+	}
+	// A read that fails is an error, not a guess.
+	if _, err := RecordEndAtOrBelow(ctx, func(context.Context, pg.LSN, pg.LSN) ([]byte, error) {
+		return nil, errors.New("safekeeper gone")
+	}, walEnd, floor, pg.WALSegmentSize); err == nil {
+		t.Fatal("a failed read must be an error")
+	}
+	// Foreign bytes are an error too.
+	junk := func(_ context.Context, from, to pg.LSN) ([]byte, error) { return bytes.Repeat([]byte{0xAB}, int(to-from)), nil }
+	if _, err := RecordEndAtOrBelow(ctx, junk, walEnd, floor, pg.WALSegmentSize); err == nil {
+		t.Fatal("a page that is not WAL must be an error")
+	}
+	t.Logf("%d cuts, %d page reads", len(cuts), reads)
 }

@@ -44,6 +44,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testda
 //	    delivers the proposer's vote request to those acceptors (default:
 //	    all members) and their responses back; prints each response and
 //	    the proposer's phase, donor and durable end.
+//	trim start=LSN
+//	    lowers the proposer's start (Proposer.Trim); prints the start in
+//	    force and the proposer.
 //	accepts
 //	    delivers the proposer's pending Accepts; each acceptor plans, carries
 //	    out and applies it (the fetch is simulated: the WAL then ends at the
@@ -268,6 +271,9 @@ func (e *env) run(t *testing.T, line string) string {
 			out = append(out, m+": "+fmtVote(r))
 		}
 		return strings.Join(out, "\n") + "\n" + e.fmtProposer()
+	case "trim":
+		got := e.prop.Trim(lsnArg(t, a["start"]))
+		return "start=" + got.String() + "\n" + e.fmtProposer()
 	case "accepts":
 		reqs := e.prop.AcceptRequests()
 		names := make([]string, 0, len(reqs))

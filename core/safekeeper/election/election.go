@@ -321,6 +321,33 @@ func (p *Proposer) chooseDonor() {
 // Accepting).
 func (p *Proposer) Donor() (string, pg.LSN) { return p.donor, p.start }
 
+// LastTermStart returns where the donor's last term begins (0 without a
+// history; valid once Accepting).
+func (p *Proposer) LastTermStart() pg.LSN {
+	if len(p.history) == 0 {
+		return 0
+	}
+	return p.history[len(p.history)-1].Start
+}
+
+// Trim lowers the new term's start below E, to start (clamped to the start
+// of the donor's last term, a record end by construction). It is valid once
+// Accepting and before the first AcceptRequests, and returns the start in
+// force. The compute agent trims E to the end of the last complete WAL
+// record: a donor's flush can cut a record that no Postgres will ever
+// finish, the next Postgres writes on from the record end before it, and
+// the tail past that end must not survive on any safekeeper of the new term
+// (a safekeeper reporting it as flushed would acknowledge commits of the
+// new Postgres that it does not hold). Every acknowledged commit ends at or
+// below that record end, so trimming loses none.
+func (p *Proposer) Trim(start pg.LSN) pg.LSN {
+	if p.state != Accepting || len(p.sent) > 0 {
+		return p.start
+	}
+	p.start = max(min(start, p.start), p.LastTermStart())
+	return p.start
+}
+
 // HighestTerm returns the highest term seen in a refusal (when Fenced).
 func (p *Proposer) HighestTerm() uint64 { return p.highest }
 

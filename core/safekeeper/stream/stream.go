@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config, st *walstore.Store, obs Observer) erro
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	s := &session{cfg: cfg, st: st, obs: obs, nc: hc.Conn, fe: hc.Frontend, kick: make(chan struct{}, 1), overlapEnd: held}
+	s := &session{cfg: cfg, st: st, obs: obs, nc: hc.Conn, fe: hc.Frontend, kick: make(chan struct{}, 1), overlapEnd: held, received: start}
 	defer hc.Conn.Close()
 	return s.run(ctx)
 }
@@ -187,6 +187,11 @@ type session struct {
 	wmu       sync.Mutex // serializes writes to nc
 	mu        sync.Mutex
 	serverEnd pg.LSN
+	// received is the end of the WAL received on this connection: the
+	// local copy matches Postgres up to it. Status reports never go past
+	// it, so that a local tail that Postgres has since rewritten (held,
+	// not yet compared) acknowledges nothing.
+	received pg.LSN
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -228,6 +233,7 @@ func (s *session) receive() error {
 					return err
 				}
 				s.mu.Lock()
+				s.received = max(s.received, pg.LSN(x.WALStart)+pg.LSN(len(x.WALData)))
 				s.serverEnd = max(s.serverEnd, pg.LSN(x.ServerWALEnd))
 				s.mu.Unlock()
 				s.poke()
@@ -267,6 +273,10 @@ func (s *session) write(lsn pg.LSN, data []byte) error {
 			if errors.Is(err, walstore.ErrNotHeld) {
 				// Unflushed local bytes (no Flush ran since Open): nothing
 				// durable to keep; rewrite from here.
+				if err := s.st.Truncate(lsn); err != nil {
+					return err
+				}
+				s.overlapEnd = lsn
 				break
 			}
 			return err
@@ -288,12 +298,9 @@ func (s *session) write(lsn pg.LSN, data []byte) error {
 		}
 		lsn, data = lsn+pg.LSN(len(local)), data[len(local):]
 	}
-	if lsn < s.overlapEnd {
-		if err := s.st.Truncate(lsn); err != nil {
-			return err
-		}
-		s.overlapEnd = lsn
-	}
+	// Bytes equal so far: the local copy past this chunk is compared
+	// against the next one (a chunk ending below overlapEnd is not the end
+	// of Postgres' WAL).
 	if len(data) == 0 {
 		return nil
 	}
@@ -323,7 +330,10 @@ func (s *session) flushLoop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := s.sendStatus(s.st.WriteLSN(), flush); err != nil {
+		s.mu.Lock()
+		received := s.received
+		s.mu.Unlock()
+		if err := s.sendStatus(min(s.st.WriteLSN(), received), min(flush, received)); err != nil {
 			return err
 		}
 		if s.obs != nil {
