@@ -153,9 +153,19 @@ func TestComputeAndStorage(t *testing.T) {
 	if cfg.Compute.Cache.Strategy != "shared-buffers" || cfg.Compute.Cache.LFC.Partitions != 1 || cfg.Compute.Cache.LFC.Policy != "s3fifo" {
 		t.Fatalf("cache: %+v", cfg.Compute.Cache)
 	}
-	// redo is a valid choice in the file; the compute refuses it until it exists.
-	if cfg.Storage.PageSource != PageSourceRedo || cfg.Storage.ImagePolicy != "pushdown" {
-		t.Fatalf("storage: %+v", cfg.Storage)
+	if cfg.Storage.PageSource != PageSourceRedo || cfg.Storage.ImagePolicy != "pushdown" || cfg.Compute.RedoStorePages != 16384 {
+		t.Fatalf("storage: %+v, redo store %d pages", cfg.Storage, cfg.Compute.RedoStorePages)
+	}
+	// Redo needs images from WAL: not the writeback policy; fpi needs
+	// full page writes.
+	for _, bad := range []string{
+		"storage:\n  page_source: redo\n  image_policy: writeback\n",
+		"storage:\n  page_source: redo\n  image_policy: fpi\ncompute:\n  full_page_writes: false\n",
+		"compute:\n  redo_store_pages: -1\n",
+	} {
+		if _, err := LoadEnv(writeFile(t, bad), nil); err == nil {
+			t.Errorf("accepted:\n%s", bad)
+		}
 	}
 	if got := cfg.Cluster.PageserverGRPCPort(); got != 8003 {
 		t.Fatalf("pageserver port %d, want 8003 (after the three safekeepers)", got)
