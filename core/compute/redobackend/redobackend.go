@@ -447,7 +447,7 @@ type Metrics struct {
 }
 
 // NewMetrics returns counters registered in reg (nil: unregistered).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+func NewMetrics(reg *prometheus.Registry) *Metrics {
 	c := func(name, help string) prometheus.Counter {
 		ctr := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "strata", Subsystem: "redobackend", Name: name, Help: help})
 		if reg != nil {
