@@ -88,7 +88,7 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 			log := logger()
 			log.Info().Str("matrix", m.Name).Int("runs", len(m.Schedule())).Str("db", dbPath).Msg("bench starting")
 			runs, err := runner.Execute(ctx, runner.Options{Matrix: m, Store: store, Log: log, Progress: os.Stderr,
-				GitRev: runner.GitRevision("."), Seed: seed})
+				GitRev: benchRevision(args[0]), Seed: seed})
 			if len(runs) > 0 {
 				full := make([]*results.Run, 0, len(runs))
 				for _, r := range runs {
@@ -355,4 +355,18 @@ func showRun(c *cobra.Command, r *results.Run) error {
 		}
 	}
 	return nil
+}
+
+// benchRevision is the revision of the code under measurement: the binary's
+// VCS stamp, else the checkout the working folder is in, else the checkout
+// the matrix file is in (symbolic links followed).
+func benchRevision(matrixPath string) string {
+	if rev := runner.GitRevision("."); rev != "unknown" {
+		return rev
+	}
+	p, err := filepath.EvalSymlinks(matrixPath)
+	if err != nil {
+		return "unknown"
+	}
+	return runner.GitRevision(filepath.Dir(p))
 }

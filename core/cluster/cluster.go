@@ -22,6 +22,7 @@ import (
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -565,7 +566,7 @@ func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	} else if err != nil {
 		return err
 	}
-	err = c.stopProcs(ctx, st)
+	err = c.stopProcsReporting(ctx, st, progress)
 	if rmErr := os.Remove(c.statePath()); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
 		err = rmErr
 	}
@@ -578,12 +579,32 @@ func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 // stopProcs stops the recorded processes in the reverse order of their
 // start: compute, pageserver, safekeepers.
 func (c *Cluster) stopProcs(ctx context.Context, st *State) error {
+	return c.stopProcsReporting(ctx, st, func(string) {})
+}
+
+// stopProcsReporting is stopProcs with a progress line for each decision
+// an operator should know about.
+func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress func(string)) error {
 	var errs []error
 	for i := len(st.Procs) - 1; i >= 0; i-- {
 		p := st.Procs[i]
 		timeout := 30 * time.Second
-		if p.Name == "compute" {
+		if p.Name == "compute" && p.Alive() {
 			timeout = 5 * time.Minute
+			// Postgres' shutdown checkpoint becomes durable only through
+			// the safekeeper quorum: without one the agent would wait for
+			// minutes. Nothing acknowledged is lost by stopping at once
+			// (acknowledged commits are on the quorum's WAL; the next
+			// start runs crash recovery from it).
+			if n := c.safekeepersAnswering(ctx); n < c.cfg.Cluster.Quorum {
+				progress(fmt.Sprintf("only %d of %d safekeepers answer (%d needed): stopping the compute without a shutdown checkpoint; the next start runs crash recovery", n, c.cfg.Cluster.Safekeepers, c.cfg.Cluster.Quorum))
+				timeout = 2 * time.Second
+				if err := p.Stop(timeout); err != nil && p.Alive() {
+					errs = append(errs, err)
+				}
+				fusefs.MountpointCleanup(c.postgres().DataDir)
+				continue
+			}
 		}
 		if err := p.Stop(timeout); err != nil {
 			errs = append(errs, err)
@@ -594,4 +615,23 @@ func (c *Cluster) stopProcs(ctx context.Context, st *State) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// safekeepersAnswering counts the safekeepers that answer a status request
+// within two seconds.
+func (c *Cluster) safekeepersAnswering(ctx context.Context) int {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n := 0
+	for i := range c.safekeeperIDs() {
+		cl, err := server.Dial(c.safekeeperAddr(i))
+		if err != nil {
+			continue
+		}
+		if _, err := cl.Status(qctx); err == nil {
+			n++
+		}
+		cl.Close()
+	}
+	return n
 }

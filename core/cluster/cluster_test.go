@@ -257,6 +257,29 @@ func TestCommitsNeedAQuorum(t *testing.T) {
 	if _, err := conn.Exec(short, "INSERT INTO t VALUES (2)"); err == nil {
 		t.Fatal("a commit was acknowledged with only one safekeeper")
 	}
+	conn.Close(ctx)
+	// strata down without a quorum stops the compute at once, saying why,
+	// and the acknowledged row survives the next start.
+	var lines []string
+	if err := c.Down(ctx, func(s string) { lines = append(lines, s) }); err != nil {
+		t.Fatalf("down without a quorum: %v (%q)", err, lines)
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "only 1 of 3 safekeepers answer") {
+		t.Fatalf("down did not say that the quorum was lost: %q", lines)
+	}
+	url, err = c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn2, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close(ctx)
+	var n int
+	if err := conn2.QueryRow(ctx, "SELECT count(*) FROM t WHERE id = 1").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the acknowledged row after down and up: count %d, %v", n, err)
+	}
 }
 
 func exec1(t *testing.T, ctx context.Context, url, sql string) {

@@ -1,155 +1,18 @@
 package fusefs
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
-
-// pgOnMount is a postmaster started by a test on PGDATA at the mount.
-type pgOnMount struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	port int
-	log  string
-	done chan error
-}
-
-func startPG(t *testing.T, pgdata, sockDir string, port int) *pgOnMount {
-	t.Helper()
-	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+sockDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its own process group, so that a crash test can kill every Postgres
-	// process it started at once, as a compute crash would.
-	cmd.SysProcAttr.Setpgid = true
-	logPath := filepath.Join(sockDir, "postgres.log")
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lf.Close()
-	p := &pgOnMount{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(p.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	for {
-		c, err := pgx.Connect(ctx, p.url())
-		if err == nil {
-			c.Close(ctx)
-			return p
-		}
-		select {
-		case err := <-p.done:
-			p.cmd = nil
-			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
-		default:
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *pgOnMount) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
-}
-
-func (p *pgOnMount) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
-
-// stop shuts the postmaster down fast (SIGINT: a shutdown checkpoint writes
-// every dirty page through the mount) and waits; SIGKILL after a minute.
-func (p *pgOnMount) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
-
-// crash kills the postmaster and all its children with SIGKILL.
-func (p *pgOnMount) crash() {
-	if p.cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-	p.cmd = nil
-}
-
-func (p *pgOnMount) run(name string, args ...string) string {
-	p.t.Helper()
-	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
-	}
-	return string(out)
-}
-
-func (p *pgOnMount) query(sql string) string {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var v string
-	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
-
-func (p *pgOnMount) exec(sql string) {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, sql); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
 	(SELECT sum(abalance) FROM pgbench_accounts)::text || ' ' ||
@@ -209,15 +72,15 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	f.Close()
 
 	port := pgtest.FreePort(t)
-	p := startPG(t, e.mnt, e.root, port)
+	p := pgtest.StartOn(t, e.mnt, e.root, port)
 	t1 := time.Now()
-	p.run("pgbench", "-i", "-s", "2", "postgres")
+	p.Run("pgbench", "-i", "-s", "2", "postgres")
 	t.Logf("pgbench -i -s 2: %v", time.Since(t1).Round(time.Millisecond))
 	dur := "10"
 	if s := os.Getenv("STRATA_FUSE_PGBENCH_SECONDS"); s != "" {
 		dur = s
 	}
-	out := p.run("pgbench", "-c", "4", "-j", "2", "-T", dur, "postgres")
+	out := p.Run("pgbench", "-c", "4", "-j", "2", "-T", dur, "postgres")
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "tps") || strings.Contains(line, "latency average") || strings.Contains(line, "number of transactions actually") {
 			t.Logf("pgbench: %s", line)
@@ -225,29 +88,29 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	}
 	// DDL that unlinks, truncates, rewrites and copies relation files and
 	// creates and removes database folders.
-	p.exec("CREATE DATABASE d2 STRATEGY FILE_COPY")
-	p.exec("CREATE DATABASE d3")
-	p.exec("DROP DATABASE d3")
-	p.exec("CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 50000) g")
-	p.exec("CREATE INDEX ON tt (s)")
-	p.exec("TRUNCATE tt")
-	p.exec("INSERT INTO tt SELECT g, md5(g::text) FROM generate_series(1, 5) g")
-	p.exec("VACUUM FULL pgbench_tellers")
-	p.exec("CREATE TABLE gone AS SELECT generate_series(1, 1000) g")
-	p.exec("DROP TABLE gone")
-	p.exec("CHECKPOINT")
-	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
-	ddl := p.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text")
+	p.Exec("CREATE DATABASE d2 STRATEGY FILE_COPY")
+	p.Exec("CREATE DATABASE d3")
+	p.Exec("DROP DATABASE d3")
+	p.Exec("CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 50000) g")
+	p.Exec("CREATE INDEX ON tt (s)")
+	p.Exec("TRUNCATE tt")
+	p.Exec("INSERT INTO tt SELECT g, md5(g::text) FROM generate_series(1, 5) g")
+	p.Exec("VACUUM FULL pgbench_tellers")
+	p.Exec("CREATE TABLE gone AS SELECT generate_series(1, 1000) g")
+	p.Exec("DROP TABLE gone")
+	p.Exec("CHECKPOINT")
+	p.Run("pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
+	ddl := p.Query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text")
 	if !strings.HasPrefix(ddl, "5 1 ") {
 		t.Fatalf("after DDL: %s", ddl)
 	}
-	before := p.query(checkSQL)
+	before := p.Query(checkSQL)
 	fields := strings.Fields(before)
 	if len(fields) != 5 || fields[0] != "200000" || fields[1] != fields[2] || fields[1] != fields[3] {
 		t.Fatalf("pgbench invariants broken: %s", before)
 	}
 	t.Logf("before restart: accounts, sum(abalance), sum(bbalance), sum(delta), history = %s", before)
-	p.stop()
+	p.Stop()
 	w := fsys.Waits()
 	t.Logf("first compute: rel reads %d, rel writes %d, GetPage %d (%v), fsync waits %d, W %v",
 		w.Count(OpRead, relpath.KindRel), w.Count(OpWrite, relpath.KindRel), w.Count(OpGetPage, relpath.KindRel),
@@ -263,18 +126,18 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	// A fresh compute: new mount, new (empty) cache, same Backend; pg_wal
 	// scratch kept (in production the safekeepers refill it).
 	fsys2 := e.mountAt(t, be, NewMemCache(4096), fsys.WAL().Current())
-	p2 := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
-	after := p2.query(checkSQL)
+	p2 := pgtest.StartOn(t, e.mnt, e.root, 0)
+	after := p2.Query(checkSQL)
 	if after != before {
 		t.Fatalf("after restart %s; before %s", after, before)
 	}
-	if got := p2.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text"); got != ddl {
+	if got := p2.Query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname IN ('d2', 'd3'))::text || ' ' || (SELECT sum(tbalance) FROM pgbench_tellers)::text"); got != ddl {
 		t.Fatalf("after restart DDL state %q; before %q", got, ddl)
 	}
-	p2.run("pg_amcheck", "--all", "--heapallindexed")
+	p2.Run("pg_amcheck", "--all", "--heapallindexed")
 	// New writes work on the fresh compute too.
-	p2.run("pgbench", "-c", "2", "-t", "200", "postgres")
-	if got := p2.query("SELECT count(*)::text FROM pgbench_history"); got == fields[4] {
+	p2.Run("pgbench", "-c", "2", "-t", "200", "postgres")
+	if got := p2.Query("SELECT count(*)::text FROM pgbench_history"); got == fields[4] {
 		t.Fatalf("history did not grow: %s", got)
 	}
 	if n := fsys2.Waits().Count(OpGetPage, relpath.KindRel); n == 0 {
@@ -283,7 +146,7 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 	t.Logf("page writes with a page LSN above W (tagged with the page LSN): first compute %d, fresh compute %d",
 		fsys.Waits().PageLSNAboveW(), fsys2.Waits().PageLSNAboveW())
 	t.Logf("fresh compute: GetPage %d, cache hits/misses %v", fsys2.Waits().Count(OpGetPage, relpath.KindRel), fmt.Sprint(fsys2.Waits().CacheHits()))
-	p2.stop()
+	p2.Stop()
 }
 
 func logWaits(t *testing.T, fsys *FS) {
@@ -325,27 +188,27 @@ func TestPostgresCrashOnMount(t *testing.T) {
 	}
 	f.WriteString("shared_buffers = 16MB\nfull_page_writes = off\ncheckpoint_timeout = 30s\n")
 	f.Close()
-	p := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
-	p.run("pgbench", "-i", "-s", "2", "postgres")
+	p := pgtest.StartOn(t, e.mnt, e.root, 0)
+	p.Run("pgbench", "-i", "-s", "2", "postgres")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c, _ := pgtest.Command("pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres", "-c", "4", "-j", "2", "-T", "30", "postgres")
+		c, _ := pgtest.Command("pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres", "-c", "4", "-j", "2", "-T", "30", "postgres")
 		_ = c.Run() // fails when the server dies
 	}()
 	time.Sleep(6 * time.Second)
-	p.crash()
+	p.Crash()
 	<-done
 	if err := fsys.Unmount(); err != nil {
 		t.Fatal(err)
 	}
 	e.mount(t, be, NewMemCache(4096))
-	p2 := startPG(t, e.mnt, e.root, pgtest.FreePort(t))
-	got := strings.Fields(p2.query(checkSQL))
+	p2 := pgtest.StartOn(t, e.mnt, e.root, 0)
+	got := strings.Fields(p2.Query(checkSQL))
 	if len(got) != 5 || got[0] != "200000" || got[1] != got[2] || got[1] != got[3] || got[4] == "0" {
 		t.Fatalf("after crash recovery: %v", got)
 	}
 	t.Logf("after crash recovery: accounts, sum(abalance), sum(bbalance), sum(delta), history = %v", got)
-	p2.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
-	p2.stop()
+	p2.Run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	p2.Stop()
 }

@@ -2,18 +2,13 @@ package psbackend_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/compute/fusefs"
@@ -23,113 +18,6 @@ import (
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
-
-// pgProc is a postmaster on the mount.
-type pgProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	port int
-	log  string
-	done chan error
-}
-
-func startPG(t *testing.T, pgdata, dir string) *pgProc {
-	t.Helper()
-	port := pgtest.FreePort(t)
-	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "postgres.log")
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lf.Close()
-	p := &pgProc{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(p.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		c, err := pgx.Connect(ctx, p.url())
-		if err == nil {
-			c.Close(ctx)
-			return p
-		}
-		select {
-		case err := <-p.done:
-			p.cmd = nil
-			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
-		default:
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *pgProc) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
-}
-
-func (p *pgProc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
-
-// stop is a fast shutdown (its checkpoint writes and fsyncs every dirty
-// page through the mount); SIGKILL after a minute.
-func (p *pgProc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
-
-func (p *pgProc) run(name string, args ...string) string {
-	p.t.Helper()
-	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
-	}
-	return string(out)
-}
-
-func (p *pgProc) query(sql string) string {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var v string
-	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
 
 func logWaits(t *testing.T, name string, f *fusefs.FS) {
 	w := f.Waits()
@@ -260,26 +148,26 @@ func TestPostgresOnPageserver(t *testing.T) {
 	}
 	f.Close()
 
-	p := startPG(t, mnt, root)
+	p := pgtest.StartOn(t, mnt, root, 0)
 	t1 := time.Now()
-	p.run("pgbench", "-i", "-s", "1", "postgres")
+	p.Run("pgbench", "-i", "-s", "1", "postgres")
 	t.Logf("pgbench -i -s 1: %v", time.Since(t1).Round(time.Millisecond))
-	out := p.run("pgbench", "-c", "4", "-j", "2", "-T", "5", "postgres")
+	out := p.Run("pgbench", "-c", "4", "-j", "2", "-T", "5", "postgres")
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "tps") || strings.Contains(line, "number of transactions actually") {
 			t.Logf("pgbench: %s", line)
 		}
 	}
-	p.run("psql", "-c", "CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 20000) g", "-c", "CREATE INDEX ON tt (s)",
+	p.Run("psql", "-c", "CREATE TABLE tt AS SELECT g AS id, md5(g::text) AS s FROM generate_series(1, 20000) g", "-c", "CREATE INDEX ON tt (s)",
 		"-c", "CREATE DATABASE d2", "-c", "CHECKPOINT", "postgres")
-	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
-	before := p.query(checkSQL)
+	p.Run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	before := p.Query(checkSQL)
 	fields := strings.Fields(before)
 	if len(fields) != 5 || fields[0] != "100000" || fields[1] != fields[2] || fields[1] != fields[3] || fields[4] == "0" {
 		t.Fatalf("pgbench invariants broken: %s", before)
 	}
 	t.Logf("before restart: accounts, sum(abalance), sum(bbalance), sum(delta), history = %s", before)
-	p.stop()
+	p.Stop()
 	w := fsys.WAL().Current()
 	unmount()
 	info, err := h.c.ListTimelines(ctx)
@@ -295,19 +183,19 @@ func TestPostgresOnPageserver(t *testing.T) {
 	h.stop()
 	h2 := start(t, psDir, store)
 	fsys2, unmount2 := mountPS(t, h2, mnt, scratch, uid, gid, w)
-	p2 := startPG(t, mnt, root)
-	if after := p2.query(checkSQL); after != before {
+	p2 := pgtest.StartOn(t, mnt, root, 0)
+	if after := p2.Query(checkSQL); after != before {
 		t.Fatalf("after restart %s; before %s", after, before)
 	}
-	if got := p2.query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname = 'd2')::text"); got != "20000 1" {
+	if got := p2.Query("SELECT (SELECT count(*) FROM tt)::text || ' ' || (SELECT count(*) FROM pg_database WHERE datname = 'd2')::text"); got != "20000 1" {
 		t.Fatalf("after restart: tt rows and d2 = %s", got)
 	}
-	p2.run("pg_amcheck", "--all", "--heapallindexed")
-	p2.run("pgbench", "-c", "2", "-t", "100", "postgres")
-	if got := p2.query("SELECT count(*)::text FROM pgbench_history"); got == fields[4] {
+	p2.Run("pg_amcheck", "--all", "--heapallindexed")
+	p2.Run("pgbench", "-c", "2", "-t", "100", "postgres")
+	if got := p2.Query("SELECT count(*)::text FROM pgbench_history"); got == fields[4] {
 		t.Fatalf("history did not grow: %s", got)
 	}
-	p2.stop()
+	p2.Stop()
 	logWaits(t, "first compute", fsys)
 	logWaits(t, "fresh compute", fsys2)
 	if n := fsys2.Waits().Count(fusefs.OpGetPage, relpath.KindRel); n == 0 {

@@ -2,19 +2,15 @@ package redobackend_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -135,124 +131,6 @@ func mountRedo(t *testing.T, h *harness, files pg.TimelineID, rd *timeline.Timel
 	return f, be, done
 }
 
-// pgProc is a postmaster started by the test.
-type pgProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	port int
-	log  string
-	done chan error
-}
-
-func startPG(t *testing.T, pgdata, dir string) *pgProc {
-	t.Helper()
-	port := pgtest.FreePort(t)
-	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lf.Close()
-	p := &pgProc{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(p.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for {
-		c, err := pgx.Connect(ctx, p.url())
-		if err == nil {
-			c.Close(ctx)
-			return p
-		}
-		select {
-		case err := <-p.done:
-			p.cmd = nil
-			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
-		default:
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *pgProc) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
-}
-
-func (p *pgProc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
-
-func (p *pgProc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
-
-func (p *pgProc) run(name string, args ...string) string {
-	p.t.Helper()
-	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
-	}
-	return string(out)
-}
-
-func (p *pgProc) exec(sql string) {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, sql); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func (p *pgProc) query(sql string) string {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var v string
-	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
-
 func lsnOf(t *testing.T, s string) pg.LSN {
 	t.Helper()
 	l, err := pg.ParseLSN(s)
@@ -369,24 +247,24 @@ func TestPostgresInRedoMode(t *testing.T) {
 	ingestCtx, stopIngest := context.WithCancel(ctx)
 	ingestDone := make(chan error, 1)
 	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, base) }()
-	p := startPG(t, mnt, root)
-	p.run("pgbench", "-i", "-s", "1", "-q", "postgres")
-	p.run("pgbench", "-c", "2", "-j", "2", "-t", "300", "postgres")
-	p.exec(`CREATE TABLE r_t (id int PRIMARY KEY, v text);
+	p := pgtest.StartOn(t, mnt, root, 0)
+	p.Run("pgbench", "-i", "-s", "1", "-q", "postgres")
+	p.Run("pgbench", "-c", "2", "-j", "2", "-t", "300", "postgres")
+	p.Exec(`CREATE TABLE r_t (id int PRIMARY KEY, v text);
 		INSERT INTO r_t SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
 		CREATE INDEX ON r_t (v);
 		UPDATE r_t SET v = 'u' || id WHERE id % 3 = 0;
 		DELETE FROM r_t WHERE id % 11 = 0`)
-	p.exec("VACUUM r_t")
-	p.exec("CHECKPOINT")
-	p.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
-	want := p.query(checkSQL)
+	p.Exec("VACUUM r_t")
+	p.Exec("CHECKPOINT")
+	p.Run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	want := p.Query(checkSQL)
 	s := be.Stats()
 	t.Logf("first compute: %s; local store %+v", want, s)
 	if s.Evicted == 0 {
 		t.Fatal("no page was evicted from the local store: the pageserver path was not exercised")
 	}
-	p.stop()
+	p.Stop()
 	w := fsys.WAL().Current()
 	unmount()
 	stopIngest()
@@ -405,11 +283,11 @@ func TestPostgresInRedoMode(t *testing.T) {
 	_, be2, unmount2 := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, last, 300)
 	ingestCtx, stopIngest = context.WithCancel(ctx)
 	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, last) }()
-	p2 := startPG(t, mnt, root)
-	if got := p2.query(checkSQL); got != want {
+	p2 := pgtest.StartOn(t, mnt, root, 0)
+	if got := p2.Query(checkSQL); got != want {
 		t.Fatalf("fresh compute: %s, want %s", got, want)
 	}
-	p2.run("pg_amcheck", "--all", "--heapallindexed")
+	p2.Run("pg_amcheck", "--all", "--heapallindexed")
 	t.Logf("fresh compute: same data; local store %+v", be2.Stats())
 
 	// kill -9 of Postgres in the middle of pgbench, and the compute's store
@@ -421,16 +299,14 @@ func TestPostgresInRedoMode(t *testing.T) {
 	// sum(delta) keeps matching the balances.
 	bench := make(chan error, 1)
 	go func() {
-		cmd, err := pgtest.Command("pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p2.port), "-U", "postgres", "-n", "-c", "2", "-j", "2", "-T", "20", "postgres")
+		cmd, err := pgtest.Command("pgbench", "-h", "127.0.0.1", "-p", strconv.Itoa(p2.Port), "-U", "postgres", "-n", "-c", "2", "-j", "2", "-T", "20", "postgres")
 		if err == nil {
 			_, err = cmd.CombinedOutput()
 		}
 		bench <- err
 	}()
 	time.Sleep(4 * time.Second)
-	_ = p2.cmd.Process.Kill()
-	<-p2.done
-	p2.cmd = nil
+	p2.Crash()
 	<-bench // fails: its server went away
 	time.Sleep(500 * time.Millisecond)
 	unmount2()
@@ -441,17 +317,17 @@ func TestPostgresInRedoMode(t *testing.T) {
 	}
 	end := rd.LSNs().LastRecord
 	_, be3, unmount3 := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, end, 0)
-	p3 := startPG(t, mnt, root)
-	got := strings.Fields(p3.query(checkSQL))
+	p3 := pgtest.StartOn(t, mnt, root, 0)
+	got := strings.Fields(p3.Query(checkSQL))
 	if len(got) != 5 || got[1] != got[2] || got[4] != strings.Fields(want)[4] {
 		t.Fatalf("after kill -9 and a lost store: %v (pgbench balances must agree, r_t unchanged; before the crash %s)", got, want)
 	}
-	if inv := p3.query(`SELECT concat_ws(' ', (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(tbalance) FROM pgbench_tellers),
+	if inv := p3.Query(`SELECT concat_ws(' ', (SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(tbalance) FROM pgbench_tellers),
 		(SELECT coalesce(sum(delta), 0) FROM pgbench_history))`); len(strings.Fields(inv)) != 3 || strings.Fields(inv)[0] != strings.Fields(inv)[1] || strings.Fields(inv)[0] != strings.Fields(inv)[2] {
 		t.Fatalf("pgbench invariants broken after crash recovery: %s", inv)
 	}
-	p3.run("pg_amcheck", "--all", "--heapallindexed")
-	p3.stop()
+	p3.Run("pg_amcheck", "--all", "--heapallindexed")
+	p3.Stop()
 	t.Logf("after kill -9, a compute with an empty store recovered from WAL at %s: %v; local store %+v", end, got, be3.Stats())
 	unmount3()
 }

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"encoding/binary"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -357,7 +357,9 @@ func TestRecordEndAtOrBelowOnRealWAL(t *testing.T) {
 		t.Fatal("a failed read must be an error")
 	}
 	// Foreign bytes are an error too.
-	junk := func(_ context.Context, from, to pg.LSN) ([]byte, error) { return bytes.Repeat([]byte{0xAB}, int(to-from)), nil }
+	junk := func(_ context.Context, from, to pg.LSN) ([]byte, error) {
+		return bytes.Repeat([]byte{0xAB}, int(to-from)), nil
+	}
 	if _, err := RecordEndAtOrBelow(ctx, junk, walEnd, floor, pg.WALSegmentSize); err == nil {
 		t.Fatal("a page that is not WAL must be an error")
 	}

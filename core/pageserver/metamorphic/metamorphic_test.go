@@ -9,16 +9,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -132,124 +129,6 @@ func mount(t *testing.T, h *harness, id pg.TimelineID, mnt, scratch string, uid,
 	}
 	t.Cleanup(done)
 	return f, done
-}
-
-// pgProc is a postmaster started by the test.
-type pgProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	port int
-	log  string
-	done chan error
-}
-
-func startPG(t *testing.T, pgdata, dir string) *pgProc {
-	t.Helper()
-	port := pgtest.FreePort(t)
-	cmd, err := pgtest.Command("postgres", "-D", pgdata, "-p", strconv.Itoa(port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-	lf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lf.Close()
-	p := &pgProc{t: t, cmd: cmd, port: port, log: logPath, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(p.stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for {
-		c, err := pgx.Connect(ctx, p.url())
-		if err == nil {
-			c.Close(ctx)
-			return p
-		}
-		select {
-		case err := <-p.done:
-			p.cmd = nil
-			t.Fatalf("postgres exited: %v\n%s", err, p.tail())
-		default:
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("postgres did not start: %v\n%s", err, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *pgProc) url() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
-}
-
-func (p *pgProc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
-
-func (p *pgProc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
-}
-
-func (p *pgProc) run(name string, args ...string) string {
-	p.t.Helper()
-	cmd, err := pgtest.Command(name, append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"}, args...)...)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("%s %v: %v\n%s\n%s", name, args, err, out, p.tail())
-	}
-	return string(out)
-}
-
-func (p *pgProc) exec(sql string) {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, sql); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func (p *pgProc) query(sql string) string {
-	p.t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, p.url())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var v string
-	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
-		p.t.Fatalf("%s: %v", sql, err)
-	}
-	return v
 }
 
 func lsnOf(t *testing.T, s string) pg.LSN {
@@ -480,11 +359,11 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := startPG(t, mnt, root)
+	p := pgtest.StartOn(t, mnt, root, 0)
 	var points []point
 	quiesce := func(name string) {
-		p.exec("CHECKPOINT")
-		end := lsnOf(t, p.query("SELECT pg_switch_wal()::text"))
+		p.Exec("CHECKPOINT")
+		end := lsnOf(t, p.Query("SELECT pg_switch_wal()::text"))
 		seg := pg.LSN(pg.WALSegmentSize)
 		// Just below the end of the segment: the next phase's first file
 		// operations carry W = the segment's end (the WAL written so far)
@@ -496,16 +375,16 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		scale, txs = "5", "3000"
 	}
 	t0 := time.Now()
-	p.run("pgbench", "-i", "-s", scale, "-q", "postgres")
+	p.Run("pgbench", "-i", "-s", scale, "-q", "postgres")
 	quiesce("pgbench -i")
-	p.run("pgbench", "-c", "2", "-j", "2", "-t", txs, "postgres")
+	p.Run("pgbench", "-c", "2", "-j", "2", "-t", txs, "postgres")
 	quiesce("pgbench")
 	rounds := 1
 	if long {
 		rounds = 3
 	}
 	for i := 0; i < rounds; i++ {
-		p.exec(`DROP TABLE IF EXISTS m_t, m_trunc;
+		p.Exec(`DROP TABLE IF EXISTS m_t, m_trunc;
 			CREATE TABLE m_t (id int PRIMARY KEY, v text, n int);
 			INSERT INTO m_t SELECT g, md5(g::text), g % 100 FROM generate_series(1, 20000) g;
 			CREATE INDEX m_t_v ON m_t (v);
@@ -514,36 +393,36 @@ func TestWritebackEqualsRedo(t *testing.T) {
 			ALTER TABLE m_t ADD COLUMN w int DEFAULT 7;
 			CREATE TABLE m_drop AS SELECT g FROM generate_series(1, 3000) g;
 			CREATE TABLE m_trunc AS SELECT g FROM generate_series(1, 5000) g`)
-		p.exec("VACUUM m_t")
-		p.exec(`ALTER TABLE m_t ALTER COLUMN n TYPE bigint;
+		p.Exec("VACUUM m_t")
+		p.Exec(`ALTER TABLE m_t ALTER COLUMN n TYPE bigint;
 			DROP TABLE m_drop;
 			TRUNCATE m_trunc;
 			INSERT INTO m_trunc SELECT g FROM generate_series(1, 100) g;
 			UPDATE m_t SET w = id WHERE id % 3 = 0`)
-		p.exec("VACUUM pgbench_accounts")
+		p.Exec("VACUUM pgbench_accounts")
 		quiesce(fmt.Sprintf("DDL round %d", i+1))
 	}
 	var tpccWant string
 	if long {
 		// A small TPROC-C: one warehouse, two virtual users for 20 s.
-		if err := tpcc.Load(ctx, tpcc.LoadOptions{Base: p.url(), DB: "tpcc", Warehouses: 1, Workers: 2, Log: zerolog.Nop(), Seed: 42}); err != nil {
+		if err := tpcc.Load(ctx, tpcc.LoadOptions{Base: p.URL(), DB: "tpcc", Warehouses: 1, Workers: 2, Log: zerolog.Nop(), Seed: 42}); err != nil {
 			t.Fatal(err)
 		}
 		quiesce("TPROC-C load")
-		res, err := tpcc.Run(ctx, tpcc.Options{Base: p.url(), DB: "tpcc", Warehouses: 1, VUs: 2, Rampup: time.Second, Duration: 20 * time.Second, Seed: 7, Log: zerolog.Nop()})
+		res, err := tpcc.Run(ctx, tpcc.Options{Base: p.URL(), DB: "tpcc", Warehouses: 1, VUs: 2, Rampup: time.Second, Duration: 20 * time.Second, Seed: 7, Log: zerolog.Nop()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("TPROC-C: %d new orders, %d transactions", res.NewOrders, res.Xacts)
-		tpccWant = tpccDigest(t, p.url())
+		tpccWant = tpccDigest(t, p.URL())
 		quiesce("TPROC-C run")
 	}
-	p.run("pgbench", "-c", "2", "-j", "2", "-t", txs, "postgres")
-	p.exec("VACUUM (FREEZE) pgbench_history")
-	p.exec("VACUUM pgbench_tellers")
+	p.Run("pgbench", "-c", "2", "-j", "2", "-t", txs, "postgres")
+	p.Exec("VACUUM (FREEZE) pgbench_history")
+	p.Exec("VACUUM pgbench_tellers")
 	quiesce("pgbench + VACUUM FREEZE")
-	want := p.query(resultSQL)
-	names := p.query(`SELECT string_agg(pg_relation_filenode(oid) || '=' || relname || '/' || relkind::text || relpersistence::text, ' ')
+	want := p.Query(resultSQL)
+	names := p.Query(`SELECT string_agg(pg_relation_filenode(oid) || '=' || relname || '/' || relkind::text || relpersistence::text, ' ')
 		FROM pg_class WHERE pg_relation_filenode(oid) IS NOT NULL`)
 	relName := map[string]string{}
 	for _, f := range strings.Fields(names) {
@@ -552,7 +431,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		}
 	}
 	t.Logf("workload: %v, %d checkpoints", time.Since(t0).Round(time.Millisecond), len(points))
-	p.stop()
+	p.Stop()
 	unmount()
 
 	src, err := wal.OpenDir(scratch)
@@ -616,16 +495,16 @@ func TestWritebackEqualsRedo(t *testing.T) {
 	dir := filepath.Join(root, "fromwal")
 	untar(t, &buf, dir)
 	copyWAL(t, scratch, filepath.Join(dir, "pg_wal"), ckpt.Redo)
-	p2 := startPG(t, dir, root)
-	if got := p2.query(resultSQL); got != want {
+	p2 := pgtest.StartOn(t, dir, root, 0)
+	if got := p2.Query(resultSQL); got != want {
 		t.Fatalf("query results of the WAL-only basebackup differ:\n got %s\nwant %s", got, want)
 	}
-	p2.run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	p2.Run("pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 	if long {
-		if got := tpccDigest(t, p2.url()); got != tpccWant {
+		if got := tpccDigest(t, p2.URL()); got != tpccWant {
 			t.Fatalf("TPROC-C data of the WAL-only basebackup differs:\n got %s\nwant %s", got, tpccWant)
 		}
-		c, err := tpcc.Connect(ctx, p2.url(), "tpcc")
+		c, err := tpcc.Connect(ctx, p2.URL(), "tpcc")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -635,7 +514,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 			t.Fatalf("TPROC-C consistency on the WAL-only basebackup: %v %+v", err, checks)
 		}
 	}
-	p2.stop()
+	p2.Stop()
 	t.Logf("stock Postgres on the redo timeline's basebackup at %s (checkpoint %s): same results: %s", x, ckpt.LSN, want)
 }
 

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchRevision: run from a folder outside any checkout with a matrix
+// reached through a symbolic link into this checkout, the revision is this
+// checkout's, not "unknown".
+func TestBenchRevision(t *testing.T) {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not in a git checkout: %v", err)
+	}
+	want := strings.TrimSpace(string(out))
+	matrix, err := filepath.Abs("../../configs/bench/strata-smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Dir(filepath.Dir(matrix)), filepath.Join(dir, "configs")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	got := benchRevision("configs/bench/strata-smoke.yaml")
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("revision %q, want %q (possibly with -dirty)", got, want)
+	}
+}
