@@ -372,26 +372,6 @@ func (s *Server) Pgbench(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// OnDataDir returns a Server for an existing, stopped data directory owned
-// by the postgres OS user (a restored backup): it appends the test's
-// listen settings to postgresql.conf, replaces pg_hba.conf with trust on
-// 127.0.0.1, and stops the server at cleanup. Launch starts it.
-func OnDataDir(t testing.TB, dataDir, sockDir string) *Server {
-	t.Helper()
-	s := &Server{t: t, DataDir: dataDir, SockDir: sockDir, Port: FreePort(t)}
-	appendFile(t, filepath.Join(dataDir, "postgresql.conf"), fmt.Sprintf(
-		"listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nlogging_collector = off\n", s.Port, sockDir))
-	hba := filepath.Join(dataDir, "pg_hba.conf")
-	if err := os.WriteFile(hba, []byte("local all all trust\nhost all all 127.0.0.1/32 trust\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := Chown(hba); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
-}
-
 // Untar extracts a tar stream (a basebackup) into dir, every entry owned
 // by the postgres OS user, folders 0700 and files 0600.
 func Untar(t testing.TB, r io.Reader, dir string) {
