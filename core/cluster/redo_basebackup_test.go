@@ -78,11 +78,14 @@ func TestRedoBasebackupFromWAL(t *testing.T) {
 			status, err = cl.Status(ctx)
 			cl.Close()
 		}
-		if err == nil {
+		// Just restarted, its commit LSN catches up with its flush LSN
+		// (the WAL every safekeeper holds after a clean down) once it
+		// hears from its peers.
+		if err == nil && status.FlushLSN > 0 && status.CommitLSN >= status.FlushLSN {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("safekeeper sk1 does not answer: %v", err)
+			t.Fatalf("safekeeper sk1: %v, status %+v", err, status)
 		}
 	}
 	store, err := fs.New(cfg.ObjectStore.FS, zerolog.Nop())

@@ -1028,8 +1028,22 @@ func (a *Agent) teardown(clean bool) error {
 func (a *Agent) stop() error {
 	a.setState("stopping")
 	a.mu.Lock()
-	p, done := a.proc, a.done
+	p, done, f := a.proc, a.done, a.fs
 	a.mu.Unlock()
+	if f != nil && a.cfg.PageSource == PageSourceRedo {
+		// W is the end of the WAL Postgres wrote, not of what it flushed.
+		// With wal_log_hints on (redo mode) WAL is written past the flush
+		// point by then, and once the shutdown has stopped the WAL writer
+		// nothing flushes it before the shutdown checkpoint's fsyncs: a
+		// durable fsync would wait for WAL the safekeepers never get
+		// (seen: the checkpointer stuck in fsync, the walsenders idle at
+		// the flush point). So fsync only sends from here on, as before
+		// the safekeepers stream; the pageserver's gate still makes
+		// nothing durable before its WAL, and teardown waits (bounded)
+		// until everything is durable once Postgres has flushed and
+		// streamed its shutdown checkpoint.
+		f.SetSyncDurable(false)
+	}
 	var errs []error
 	if p != nil {
 		_ = p.Signal(syscall.SIGINT) // fast shutdown

@@ -177,8 +177,13 @@ func (l *Link) runIngest(ctx context.Context, lookup func() *timeline.Timeline) 
 // group's commit LSN is ahead of it before its stream is opened again.
 const ingestStall = 10 * time.Second
 
+// stallSlack is how far the commit LSN may stay ahead of ingest without
+// counting as a stall (one WAL page).
+const stallSlack = 8192
+
 // watchIngest cancels a WAL stream that delivers nothing while the
-// group's commit LSN is ahead of the timeline's last ingested record (a
+// group's commit LSN is more than a WAL page ahead of the timeline's last
+// ingested record (a
 // stream that hangs; seen once after a restart of the whole cluster, cause
 // not found yet): a GetPage that waits for that WAL would otherwise time
 // out. The caller opens a new stream.
@@ -193,7 +198,9 @@ func (l *Link) watchIngest(ctx context.Context, cancel context.CancelFunc, tl *t
 		case <-t.C:
 		}
 		cur := tl.LSNs().LastRecord
-		if commit := l.Commit.CommitLSN(); cur == last && commit > cur {
+		// More than a WAL page ahead: the commit LSN may sit at the end of
+		// a page just past the last record while Postgres is idle.
+		if commit := l.Commit.CommitLSN(); cur == last && commit > cur+stallSlack {
 			l.log.Warn().Stringer("ingested", cur).Stringer("commit", commit).Dur("stalled", ingestStall).Msg("WAL ingest makes no progress; opening the stream again")
 			cancel()
 			return
