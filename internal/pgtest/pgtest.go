@@ -372,10 +372,17 @@ func (s *Server) Pgbench(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// Untar extracts a tar stream (a basebackup) into dir, every entry owned
-// by the postgres OS user, folders 0700 and files 0600.
+// Untar extracts a tar stream (a basebackup) into dir (created when
+// missing), every entry and dir itself owned by the postgres OS user,
+// folders 0700 and files 0600.
 func Untar(t testing.TB, r io.Reader, dir string) {
 	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Chown(dir); err != nil {
+		t.Fatal(err)
+	}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()

@@ -1,12 +1,9 @@
 package metamorphic_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -493,7 +490,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "fromwal")
-	untar(t, &buf, dir)
+	pgtest.Untar(t, &buf, dir)
 	copyWAL(t, scratch, filepath.Join(dir, "pg_wal"), ckpt.Redo)
 	p2 := pgtest.StartOn(t, dir, root, 0)
 	if got := p2.Query(resultSQL); got != want {
@@ -534,45 +531,6 @@ func tpccDigest(t *testing.T, base string) string {
 		t.Fatal(err)
 	}
 	return v
-}
-
-// untar extracts a basebackup into dir (owned by the postgres OS user).
-func untar(t *testing.T, r io.Reader, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgtest.Chown(dir); err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o700); err != nil {
-				t.Fatal(err)
-			}
-		case tar.TypeReg:
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := pgtest.Chown(p); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // copyWAL copies the WAL segment files of src from the one holding from on.
