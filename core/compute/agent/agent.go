@@ -561,6 +561,9 @@ func (a *Agent) start(ctx context.Context) error {
 	a.mu.Lock()
 	a.fs = f
 	a.mu.Unlock()
+	if rb != nil {
+		rb.SetWALPosition(f.WAL().Current)
+	}
 
 	if fresh {
 		a.setState("initdb")

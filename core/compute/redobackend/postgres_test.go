@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,7 @@ func mountRedo(t *testing.T, h *harness, files pg.TimelineID, rd *timeline.Timel
 	if err != nil {
 		t.Fatal(err)
 	}
+	be.SetWALPosition(f.WAL().Current)
 	stopc := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -159,20 +161,21 @@ func controlCheckpoint(t *testing.T, dir string) pg.LSN {
 	return 0
 }
 
-const checkSQL = `SELECT concat_ws(' ',
-	(SELECT count(*) FROM pgbench_accounts), (SELECT sum(abalance) FROM pgbench_accounts),
-	(SELECT sum(bbalance) FROM pgbench_branches), (SELECT count(*) FROM pgbench_history),
-	(SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM r_t))`
+// redoEnv is a pageserver with a files timeline and an in-process redo
+// timeline that holds initdb's output (imported through the mount), and
+// the folders of a compute: PGDATA is not mounted when newRedoEnv returns.
+type redoEnv struct {
+	h            *harness
+	files        pg.TimelineID
+	rd           *timeline.Timeline
+	root         string
+	mnt, scratch string
+	uid, gid     uint32
+	base         pg.LSN // initdb's last checkpoint: where WAL ingest starts
+}
 
-// TestPostgresInRedoMode: initdb, pgbench (scale 1) and DDL run on a FUSE mount over
-// redobackend, whose relation pages never leave the compute (a small local
-// store, so pages are evicted and read back from the pageserver); the
-// pageserver's redo timeline holds initdb's output (imported once) and is
-// fed the compute's WAL (ingested from the compute's pg_wal while
-// Postgres runs). Then a fresh compute (new mount, new Backend, empty
-// store) starts on the same storage and sees the same data, pg_amcheck
-// clean.
-func TestPostgresInRedoMode(t *testing.T) {
+func newRedoEnv(t *testing.T) *redoEnv {
+	t.Helper()
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
@@ -197,7 +200,7 @@ func TestPostgresInRedoMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rd.Close()
+	t.Cleanup(func() { rd.Close() })
 
 	root := pgtest.MkdirOwned(t, "strata-redobackend-")
 	mnt, scratch := filepath.Join(root, "data"), filepath.Join(root, "walscratch")
@@ -213,7 +216,7 @@ func TestPostgresInRedoMode(t *testing.T) {
 	} else if cred != nil {
 		uid, gid = cred.Uid, cred.Gid
 	}
-	fsys, be, unmount := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, 0, 0)
+	_, be, unmount := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, 0, 0)
 	cmd, err := pgtest.Command("initdb", "-D", mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust")
 	if err != nil {
 		t.Fatal(err)
@@ -241,12 +244,32 @@ func TestPostgresInRedoMode(t *testing.T) {
 	}
 	unmount()
 
+	return &redoEnv{h: h, files: files, rd: rd, root: root, mnt: mnt, scratch: scratch, uid: uid, gid: gid, base: base}
+}
+
+const checkSQL = `SELECT concat_ws(' ',
+	(SELECT count(*) FROM pgbench_accounts), (SELECT sum(abalance) FROM pgbench_accounts),
+	(SELECT sum(bbalance) FROM pgbench_branches), (SELECT count(*) FROM pgbench_history),
+	(SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM r_t))`
+
+// TestPostgresInRedoMode: initdb, pgbench (scale 1) and DDL run on a FUSE mount over
+// redobackend, whose relation pages never leave the compute (a small local
+// store, so pages are evicted and read back from the pageserver); the
+// pageserver's redo timeline holds initdb's output (imported once) and is
+// fed the compute's WAL (ingested from the compute's pg_wal while
+// Postgres runs). Then a fresh compute (new mount, new Backend, empty
+// store) starts on the same storage and sees the same data, pg_amcheck
+// clean.
+func TestPostgresInRedoMode(t *testing.T) {
+	env := newRedoEnv(t)
+	ctx := context.Background()
+	h, files, rd, root, mnt, scratch, uid, gid, base := env.h, env.files, env.rd, env.root, env.mnt, env.scratch, env.uid, env.gid, env.base
 	// The compute again, now with a small store: evicted pages come back
 	// from the redo timeline, which a goroutine feeds with the WAL.
-	fsys, be, unmount = mountRedo(t, h, files, rd, mnt, scratch, uid, gid, base, 300)
+	fsys, be, unmount := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, base, 300)
 	ingestCtx, stopIngest := context.WithCancel(ctx)
 	ingestDone := make(chan error, 1)
-	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, base) }()
+	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, base, nil) }()
 	p := pgtest.StartOn(t, mnt, root, 0)
 	p.Run("pgbench", "-i", "-s", "1", "-q", "postgres")
 	p.Run("pgbench", "-c", "2", "-j", "2", "-t", "300", "postgres")
@@ -282,7 +305,7 @@ func TestPostgresInRedoMode(t *testing.T) {
 	// A fresh compute: empty store, pages from WAL only.
 	_, be2, unmount2 := mountRedo(t, h, files, rd, mnt, scratch, uid, gid, last, 300)
 	ingestCtx, stopIngest = context.WithCancel(ctx)
-	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, last) }()
+	go func() { ingestDone <- followWAL(ingestCtx, rd, scratch, last, nil) }()
 	p2 := pgtest.StartOn(t, mnt, root, 0)
 	if got := p2.Query(checkSQL); got != want {
 		t.Fatalf("fresh compute: %s, want %s", got, want)
@@ -332,6 +355,59 @@ func TestPostgresInRedoMode(t *testing.T) {
 	unmount3()
 }
 
+// TestFileCopyInRedoMode: CREATE DATABASE ... STRATEGY FILE_COPY copies
+// the template's files before it logs the copy, so the clone's pages carry
+// the template's page LSNs, older than the record that creates them on the
+// pageserver. With the pageserver held behind the compute and a small
+// local store, the clone's evicted pages are read back: the pageserver
+// does not have them at their page LSN, the backend asks again at the
+// compute's WAL position (and the pageserver waits for the copy record),
+// never answering zeros. The clone must read like its template and pass
+// pg_amcheck.
+func TestFileCopyInRedoMode(t *testing.T) {
+	env := newRedoEnv(t)
+	ctx := context.Background()
+	fsys, be, unmount := mountRedo(t, env.h, env.files, env.rd, env.mnt, env.scratch, env.uid, env.gid, env.base, 200)
+	var hold atomic.Bool
+	ingestCtx, stopIngest := context.WithCancel(ctx)
+	ingestDone := make(chan error, 1)
+	go func() { ingestDone <- followWAL(ingestCtx, env.rd, env.scratch, env.base, &hold) }()
+	defer func() {
+		stopIngest()
+		<-ingestDone
+	}()
+	p := pgtest.StartOn(t, env.mnt, env.root, 0)
+	defer p.Stop()
+	const sum = `SELECT count(*) || ' ' || md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t`
+	p.Run("psql", "-d", "template1", "-v", "ON_ERROR_STOP=1", "-qc",
+		`CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g`)
+	want := strings.TrimSpace(p.Run("psql", "-d", "template1", "-Atc", sum))
+	// The pageserver catches up (so that CREATE DATABASE reads the
+	// template without waiting), then is held.
+	p.Exec("CHECKPOINT")
+	w := fsys.WAL().Current()
+	for deadline := time.Now().Add(20 * time.Second); env.rd.LSNs().LastRecord < w; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the redo timeline did not reach %s (at %s)", w, env.rd.LSNs().LastRecord)
+		}
+	}
+	hold.Store(true)
+	release := time.AfterFunc(4*time.Second, func() { hold.Store(false) })
+	defer release.Stop()
+	p.Exec("CREATE DATABASE clone TEMPLATE template1 STRATEGY FILE_COPY")
+	if got := strings.TrimSpace(p.Run("psql", "-d", "clone", "-Atc", sum)); got != want {
+		t.Fatalf("clone reads %q, template %q", got, want)
+	}
+	p.Run("pg_amcheck", "--install-missing", "-d", "clone", "--heapallindexed")
+	s := be.Stats()
+	t.Logf("clone reads like its template (%s); local store %+v", want, s)
+	if s.Refetches == 0 {
+		t.Fatalf("stats %+v: no evicted page was asked for again at the WAL position: the FILE_COPY case was not exercised", s)
+	}
+	p.Stop()
+	unmount()
+}
+
 func mustDir(t *testing.T, dir string) wal.Source {
 	t.Helper()
 	src, err := wal.OpenDir(dir)
@@ -346,8 +422,16 @@ func mustDir(t *testing.T, dir string) wal.Source {
 // where the timeline's applied WAL ends, until ctx ends. A pass stops at
 // the end of the complete records it finds (or at a page being written,
 // which the next pass reads again).
-func followWAL(ctx context.Context, tl *timeline.Timeline, scratch string, from pg.LSN) error {
+// While hold (if not nil) is set, it ingests nothing: the pageserver lags.
+func followWAL(ctx context.Context, tl *timeline.Timeline, scratch string, from pg.LSN, hold *atomic.Bool) error {
 	for ctx.Err() == nil {
+		if hold != nil && hold.Load() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
 		next := max(from, tl.LSNs().LastRecord)
 		if src, err := wal.OpenDir(scratch); err == nil {
 			_, _ = (&walingest.Ingester{TL: tl}).Run(ctx, src, next)

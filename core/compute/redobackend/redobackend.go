@@ -11,7 +11,13 @@
 //     evicted, the LSN in its header (the last WAL record that changed it:
 //     the pageserver must have ingested that far); for a page this compute
 //     never held, the value the filesystem's last-written-LSN map gives
-//     (the compute's start LSN at least).
+//     (the compute's start LSN at least). A page LSN can be older than
+//     the record that makes the page exist on the pageserver (CREATE
+//     DATABASE ... STRATEGY FILE_COPY copies the template's files, with
+//     their LSNs, before it logs the copy): an evicted page with content
+//     that the pageserver does not know is asked for again at the
+//     compute's WAL position W (SetWALPosition), and is an error if it is
+//     still unknown; it never reads as zeros.
 //   - Blocks past a fork's size at Open, or past a truncation or creation
 //     by this compute, that the compute never wrote read as zeros without
 //     asking the pageserver: their content can only come from this compute,
@@ -57,6 +63,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -123,8 +130,27 @@ type Backend struct {
 	mu      sync.Mutex
 	rels    map[pg.RelTag]*relState
 	pages   map[pg.PageKey]*entry
-	lru     *list.List            // unpinned entries, most recent first
-	evicted map[pg.PageKey]pg.LSN // page LSN of evicted pages
+	lru     *list.List                 // unpinned entries, most recent first
+	evicted map[pg.PageKey]evictedPage // what is known of evicted pages
+	wal     func() pg.LSN              // the compute's WAL position W (nil: unknown)
+
+	refetches atomic.Int64
+}
+
+// evictedPage is what the store remembers of a page it evicted.
+type evictedPage struct {
+	lsn  pg.LSN // the page LSN in its header
+	zero bool   // the page was all zeros (a new block no WAL record has touched)
+}
+
+// SetWALPosition gives the Backend the compute's WAL position W (the
+// filesystem's walpos tracker, fusefs.FS.WAL().Current). A read of an
+// evicted page that the pageserver does not know at the page's own LSN
+// asks again at W (see ReadPage); without it such a read fails.
+func (b *Backend) SetWALPosition(w func() pg.LSN) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.wal = w
 }
 
 var _ fusefs.Backend = (*Backend)(nil)
@@ -140,7 +166,7 @@ func Open(ctx context.Context, o Options) (*Backend, error) {
 		m = NewMetrics(o.Registry)
 	}
 	b := &Backend{o: o, m: m, rels: map[pg.RelTag]*relState{}, pages: map[pg.PageKey]*entry{},
-		lru: list.New(), evicted: map[pg.PageKey]pg.LSN{}}
+		lru: list.New(), evicted: map[pg.PageKey]evictedPage{}}
 	rels, err := o.Pages.ListRels(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redobackend: list relations: %w", err)
@@ -232,20 +258,47 @@ func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince
 		b.m.hits.Inc()
 		return nil
 	}
-	nms, wasEvicted := b.evicted[key]
+	ev, wasEvicted := b.evicted[key]
 	if !wasEvicted && (key.Block >= s.fresh || b.unbackedLocked(key.Tag())) {
 		b.mu.Unlock()
 		clear(page[:pg.BlockSize])
 		b.m.zeros.Inc()
 		return nil
 	}
-	if !wasEvicted {
-		nms = notModifiedSince
+	nms := notModifiedSince
+	if wasEvicted {
+		nms = ev.lsn
 	}
+	wal := b.wal
 	b.mu.Unlock()
 	b.m.fetches.Inc()
-	data, err := b.o.Pages.GetPage(context.WithoutCancel(ctx), key, nms)
+	ctx = context.WithoutCancel(ctx)
+	data, err := b.o.Pages.GetPage(ctx, key, nms)
+	if errors.Is(err, ErrNotFound) && wasEvicted && !ev.zero {
+		// This compute wrote the page, so it exists; the pageserver has
+		// not ingested the record that creates it. A page's LSN can be
+		// older than that record: CREATE DATABASE ... STRATEGY FILE_COPY
+		// copies the template's files (their pages keep the template's
+		// LSNs) before it logs the copy. Ask again at W, which is past
+		// every record this compute has written: never answer zeros for
+		// a page that had content.
+		var w pg.LSN
+		if wal != nil {
+			w = wal()
+		}
+		if w <= nms {
+			return fmt.Errorf("redobackend: page %s was written and evicted here, but the pageserver does not have it (not modified since %s, WAL position %s): %w", key, nms, w, err)
+		}
+		b.m.refetches.Inc()
+		b.refetches.Add(1)
+		nms = w
+		data, err = b.o.Pages.GetPage(ctx, key, nms)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("redobackend: page %s was written and evicted here, but the pageserver does not have it even at the WAL position %s: %w", key, nms, err)
+		}
+	}
 	if errors.Is(err, ErrNotFound) {
+		// A block no WAL record has touched: a new, all-zeros page.
 		clear(page[:pg.BlockSize])
 		return nil
 	}
@@ -297,9 +350,21 @@ func (b *Backend) evictLocked() {
 	for b.o.MaxPages > 0 && len(b.pages) > b.o.MaxPages && b.lru.Len() > 0 {
 		e := b.lru.Remove(b.lru.Back()).(*entry)
 		delete(b.pages, e.key)
-		b.evicted[e.key] = pg.LSN(uint64(binary.LittleEndian.Uint32(e.data))<<32 | uint64(binary.LittleEndian.Uint32(e.data[4:])))
+		b.evicted[e.key] = evictedPage{
+			lsn:  pg.LSN(uint64(binary.LittleEndian.Uint32(e.data))<<32 | uint64(binary.LittleEndian.Uint32(e.data[4:]))),
+			zero: allZero(e.data),
+		}
 		b.m.evictions.Inc()
 	}
+}
+
+func allZero(p []byte) bool {
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // SetMaxPages changes the local store's bound (0: unbounded) and evicts
@@ -432,18 +497,20 @@ func (b *Backend) Send(ctx context.Context) error {
 // Stats are the local store's counters.
 type Stats struct {
 	Pages, Pinned, Evicted int
+	// Refetches counts reads of evicted pages asked again at W (see ReadPage).
+	Refetches int
 }
 
 // Stats returns the local store's current sizes.
 func (b *Backend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Stats{Pages: len(b.pages), Pinned: len(b.pages) - b.lru.Len(), Evicted: len(b.evicted)}
+	return Stats{Pages: len(b.pages), Pinned: len(b.pages) - b.lru.Len(), Evicted: len(b.evicted), Refetches: int(b.refetches.Load())}
 }
 
 // Metrics are a Backend's counters.
 type Metrics struct {
-	hits, fetches, zeros, writes, evictions prometheus.Counter
+	hits, fetches, refetches, zeros, writes, evictions prometheus.Counter
 }
 
 // NewMetrics returns counters registered in reg (nil: unregistered).
@@ -458,6 +525,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return &Metrics{
 		hits:      c("local_reads_total", "Page reads served by the local page store."),
 		fetches:   c("getpage_total", "Page reads sent to the pageserver (rebuilt from WAL)."),
+		refetches: c("getpage_at_wal_position_total", "Reads of evicted pages that the pageserver did not have at their page LSN, asked again at the compute's WAL position."),
 		zeros:     c("fresh_reads_total", "Reads of never-written blocks past a fork's known end, served as zeros."),
 		writes:    c("page_writes_total", "Page writes kept in the local page store."),
 		evictions: c("evictions_total", "Pages evicted from the local page store."),

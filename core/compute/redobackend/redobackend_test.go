@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -20,6 +21,7 @@ type fakePages struct {
 	mu    sync.Mutex
 	rels  []fusefs.RelInfo
 	pages map[pg.PageKey][]byte
+	after map[pg.PageKey]pg.LSN // a page exists only for not_modified_since at or above
 	calls []call
 }
 
@@ -33,6 +35,9 @@ func (f *fakePages) GetPage(_ context.Context, key pg.PageKey, nms pg.LSN) ([]by
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call{key, nms})
 	p, ok := f.pages[key]
+	if a, gated := f.after[key]; gated && nms < a {
+		ok = false
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", redobackend.ErrNotFound, key)
 	}
@@ -214,5 +219,78 @@ func TestLocalStoreAndPageserverReads(t *testing.T) {
 	}
 	if err := b.Remove(ctx, "base/5", 0xA000); !errors.Is(err, fusefs.ErrNotEmpty) {
 		t.Fatalf("removing a folder that holds forks: %v", err)
+	}
+}
+
+// TestEvictedPageUnknownToPageserver: an evicted page with content that the
+// pageserver does not have at its page LSN (a FILE_COPY clone's page keeps
+// the template's LSN, older than the copy record) is asked for again at the
+// compute's WAL position, and is an error, never zeros, if still unknown;
+// an evicted all-zeros page (a new block) reads as zeros.
+func TestEvictedPageUnknownToPageserver(t *testing.T) {
+	ctx := context.Background()
+	rel := pg.RelTag{Spc: 1663, DB: 7, Rel: 16400}
+	fp := &fakePages{pages: map[pg.PageKey][]byte{}}
+	b, err := redobackend.Open(ctx, redobackend.Options{Pages: fp, Files: fusefs.NewMemory(), MaxPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateRel(ctx, rel, 0x5000); err != nil {
+		t.Fatal(err)
+	}
+	copied := pageAt(0xC0, 0x100) // the template's LSN
+	for blk, p := range [][]byte{copied, make([]byte, pg.BlockSize), pageAt(0xC2, 0x5100)} {
+		if err := b.WritePage(ctx, rel.Page(uint32(blk)), p, 0x5000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, pg.BlockSize)
+
+	// No WAL position known: an error naming the page, not zeros.
+	err = b.ReadPage(ctx, rel.Page(0), 0x5000, buf)
+	if !errors.Is(err, redobackend.ErrNotFound) || !strings.Contains(err.Error(), "written and evicted here") {
+		t.Fatalf("read without a WAL position: %v", err)
+	}
+	fp.takeCalls()
+
+	// With W, the pageserver is asked again at W; it has the page there
+	// (it ingested the copy record while waiting).
+	w := pg.LSN(0x9000)
+	b.SetWALPosition(func() pg.LSN { return w })
+	fp.mu.Lock()
+	fp.after = map[pg.PageKey]pg.LSN{rel.Page(0): 0x8000}
+	fp.pages[rel.Page(0)] = copied
+	fp.mu.Unlock()
+	if err := b.ReadPage(ctx, rel.Page(0), 0x5000, buf); err != nil || !bytes.Equal(buf, copied) {
+		t.Fatalf("copied page: %v", err)
+	}
+	if c := fp.takeCalls(); len(c) != 2 || c[0] != (call{rel.Page(0), 0x100}) || c[1] != (call{rel.Page(0), w}) {
+		t.Fatalf("calls %v: want the page LSN 0/100, then W 0/9000", c)
+	}
+	if s := b.Stats(); s.Refetches != 1 {
+		t.Fatalf("stats %+v: want one refetch", s)
+	}
+	// Still unknown at W: an error.
+	fp.mu.Lock()
+	delete(fp.pages, rel.Page(0))
+	fp.mu.Unlock()
+	if err := b.ReadPage(ctx, rel.Page(0), 0x5000, buf); !errors.Is(err, redobackend.ErrNotFound) {
+		t.Fatalf("page unknown even at W: %v", err)
+	}
+	// W not past the page's LSN: no second question, an error.
+	w = 0x100
+	if err := b.ReadPage(ctx, rel.Page(0), 0x5000, buf); !errors.Is(err, redobackend.ErrNotFound) {
+		t.Fatalf("W at the page LSN: %v", err)
+	}
+	fp.takeCalls()
+
+	// The evicted new (all-zeros) block: zeros, one question only.
+	w = 0x9000
+	buf[0] = 1
+	if err := b.ReadPage(ctx, rel.Page(1), 0x5000, buf); err != nil || !bytes.Equal(buf, make([]byte, pg.BlockSize)) {
+		t.Fatalf("new block: %v", err)
+	}
+	if c := fp.takeCalls(); len(c) != 1 {
+		t.Fatalf("new block: calls %v", c)
 	}
 }
