@@ -366,6 +366,9 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 		"--data-dir", dir,
 		"--metrics-addr", c.metricsAddr(c.cfg.Cluster.Safekeepers),
 		"--image-policy", c.cfg.Storage.ImagePolicy,
+		"--pushdown-deltas", strconv.Itoa(c.cfg.Storage.PushdownDeltas),
+		"--pushdown-bytes", strconv.Itoa(c.cfg.Storage.PushdownBytes),
+		"--hot-burst", strconv.Itoa(c.cfg.Storage.HotBurst),
 	}
 	if c.pageserverFollowsSafekeepers() {
 		args = append(args, "--safekeepers", strings.Join(c.safekeeperAddrs(), ","), "--timeline", tl.String())

@@ -52,8 +52,16 @@ type Storage struct {
 	// PageSource is writeback (default) or redo.
 	PageSource string `mapstructure:"page_source"`
 	// ImagePolicy is the pageserver's image policy: writeback (default),
-	// fpi or pushdown.
+	// fpi, pushdown or hot.
 	ImagePolicy string `mapstructure:"image_policy"`
+	// PushdownDeltas: pushdown and hot materialize a page after this many
+	// deltas since its last image (default 16).
+	PushdownDeltas int `mapstructure:"pushdown_deltas"`
+	// PushdownBytes: ... or after this many bytes of deltas (0: no limit).
+	PushdownBytes int `mapstructure:"pushdown_bytes"`
+	// HotBurst: hot also materializes at once a page with this many deltas
+	// in one ingest batch (default 4).
+	HotBurst int `mapstructure:"hot_burst"`
 }
 
 // Validate checks the storage section.
@@ -64,12 +72,21 @@ func (s *Storage) Validate() error {
 		return fmt.Errorf("storage.page_source: %q: want writeback or redo", s.PageSource)
 	}
 	switch s.ImagePolicy {
-	case "writeback", "fpi", "pushdown":
+	case "writeback", "fpi", "pushdown", "hot":
 	default:
-		return fmt.Errorf("storage.image_policy: %q: want writeback, fpi or pushdown", s.ImagePolicy)
+		return fmt.Errorf("storage.image_policy: %q: want writeback, fpi, pushdown or hot", s.ImagePolicy)
 	}
 	if s.PageSource == PageSourceRedo && s.ImagePolicy == "writeback" {
-		return fmt.Errorf("storage.image_policy: writeback with page_source redo: redo rebuilds pages from WAL, choose pushdown (with full_page_writes off) or fpi")
+		return fmt.Errorf("storage.image_policy: writeback with page_source redo: redo rebuilds pages from WAL, choose pushdown or hot (with full_page_writes off) or fpi")
+	}
+	if s.PushdownDeltas <= 0 {
+		return fmt.Errorf("storage.pushdown_deltas: %d: must be positive", s.PushdownDeltas)
+	}
+	if s.PushdownBytes < 0 {
+		return fmt.Errorf("storage.pushdown_bytes: %d: must be 0 (no limit) or positive", s.PushdownBytes)
+	}
+	if s.HotBurst <= 0 {
+		return fmt.Errorf("storage.hot_burst: %d: must be positive", s.HotBurst)
 	}
 	return nil
 }
@@ -267,7 +284,7 @@ func Default() Config {
 				SharedBuffers: sharedbuffers.DefaultConfig(),
 			},
 		},
-		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback"},
+		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback", PushdownDeltas: 16, HotBurst: 4},
 		Log:     Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",

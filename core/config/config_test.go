@@ -96,6 +96,9 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"unknown lfc key", "compute:\n  cache:\n    lfc:\n      partitons: 4\n", nil, []string{"unknown key compute.cache.lfc.partitons", "did you mean compute.cache.lfc.partitions"}},
 		{"bad page source", "storage:\n  page_source: magic\n", nil, []string{"storage.page_source", "magic"}},
 		{"bad image policy", "storage:\n  image_policy: sometimes\n", nil, []string{"storage.image_policy", "sometimes"}},
+		{"bad pushdown deltas", "storage:\n  pushdown_deltas: 0\n", nil, []string{"storage.pushdown_deltas", "positive"}},
+		{"bad pushdown deltas env", "", []string{"STRATA_STORAGE_PUSHDOWN_DELTAS=-3"}, []string{"storage.pushdown_deltas", "-3"}},
+		{"bad hot burst", "storage:\n  hot_burst: 0\n", nil, []string{"storage.hot_burst"}},
 		{"bad pageserver port", "cluster:\n  pageserver_port: 70000\n", nil, []string{"cluster.pageserver_port", "70000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,7 +156,7 @@ func TestComputeAndStorage(t *testing.T) {
 	if cfg.Compute.Cache.Strategy != "shared-buffers" || cfg.Compute.Cache.LFC.Partitions != 1 || cfg.Compute.Cache.LFC.Policy != "s3fifo" {
 		t.Fatalf("cache: %+v", cfg.Compute.Cache)
 	}
-	if cfg.Storage.PageSource != PageSourceRedo || cfg.Storage.ImagePolicy != "pushdown" || cfg.Compute.RedoStorePages != 16384 {
+	if cfg.Storage.PageSource != PageSourceRedo || cfg.Storage.ImagePolicy != "pushdown" || cfg.Storage.PushdownDeltas != 16 || cfg.Storage.HotBurst != 4 || cfg.Compute.RedoStorePages != 16384 {
 		t.Fatalf("storage: %+v, redo store %d pages", cfg.Storage, cfg.Compute.RedoStorePages)
 	}
 	// Redo needs images from WAL: not the writeback policy; fpi needs

@@ -29,10 +29,16 @@ type Config struct {
 	MetricsAddr string `mapstructure:"metrics_addr"`
 	// DataDir holds timelines/<id>/ (layer files, logs, manifests).
 	DataDir string `mapstructure:"data_dir"`
-	// ImagePolicy: writeback | fpi | pushdown.
+	// ImagePolicy: writeback | fpi | pushdown | hot.
 	ImagePolicy string `mapstructure:"image_policy"`
-	// PushdownDeltas: with image_policy pushdown, materialize after N deltas.
+	// PushdownDeltas: with image_policy pushdown or hot, materialize a page
+	// after N deltas since its last image.
 	PushdownDeltas int `mapstructure:"pushdown_deltas"`
+	// PushdownBytes: ... or after this many bytes of deltas (0: no limit).
+	PushdownBytes int `mapstructure:"pushdown_bytes"`
+	// HotBurst: with image_policy hot, a page with this many deltas in one
+	// ingest batch (write-hot) is materialized at once.
+	HotBurst int `mapstructure:"hot_burst"`
 	// ImageLayerBytes: write an image layer after this many delta bytes.
 	ImageLayerBytes int64 `mapstructure:"image_layer_bytes"`
 	// CheckpointDistance: freeze the in-memory layer at this many bytes.
@@ -66,6 +72,7 @@ func DefaultConfig() Config {
 		DataDir:             "data/pageserver",
 		ImagePolicy:         "writeback",
 		PushdownDeltas:      16,
+		HotBurst:            4,
 		ImageLayerBytes:     256 << 20,
 		CheckpointDistance:  o.CheckpointDistance,
 		CheckpointTimeout:   o.CheckpointTimeout,
@@ -91,10 +98,14 @@ func (c Config) Validate() error {
 		return bad("listen_addr is empty")
 	case c.DataDir == "":
 		return bad("data_dir is empty")
-	case c.ImagePolicy != "writeback" && c.ImagePolicy != "fpi" && c.ImagePolicy != "pushdown":
-		return bad("image_policy %q: want writeback, fpi or pushdown", c.ImagePolicy)
-	case c.ImagePolicy == "pushdown" && c.PushdownDeltas <= 0:
-		return bad("pushdown_deltas must be positive")
+	case c.ImagePolicy != "writeback" && c.ImagePolicy != "fpi" && c.ImagePolicy != "pushdown" && c.ImagePolicy != "hot":
+		return bad("image_policy %q: want writeback, fpi, pushdown or hot", c.ImagePolicy)
+	case (c.ImagePolicy == "pushdown" || c.ImagePolicy == "hot") && c.PushdownDeltas <= 0:
+		return bad("pushdown_deltas %d: must be positive", c.PushdownDeltas)
+	case c.PushdownBytes < 0:
+		return bad("pushdown_bytes %d: must be 0 (no limit) or positive", c.PushdownBytes)
+	case c.ImagePolicy == "hot" && c.HotBurst <= 0:
+		return bad("hot_burst %d: must be positive", c.HotBurst)
 	case c.CheckpointDistance < 64<<10:
 		return bad("checkpoint_distance %d is below 64 KiB", c.CheckpointDistance)
 	case c.LayerTargetSize < 64<<10:
@@ -132,7 +143,9 @@ func (c Config) Policy() timeline.ImagePolicy {
 	case "fpi":
 		return timeline.FPIPolicy{WritebackPolicy: wb}
 	case "pushdown":
-		return timeline.PushdownPolicy{N: c.PushdownDeltas, WritebackPolicy: wb}
+		return timeline.PushdownPolicy{N: c.PushdownDeltas, NBytes: c.PushdownBytes, WritebackPolicy: wb}
+	case "hot":
+		return timeline.HotPolicy{PushdownPolicy: timeline.PushdownPolicy{N: c.PushdownDeltas, NBytes: c.PushdownBytes, WritebackPolicy: wb}, Burst: c.HotBurst}
 	}
 	return wb
 }

@@ -15,6 +15,8 @@ func TestConfigValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
 		"policy":     func(c *Config) { c.ImagePolicy = "magic" },
 		"pushdown":   func(c *Config) { c.ImagePolicy = "pushdown"; c.PushdownDeltas = 0 },
+		"bytes":      func(c *Config) { c.PushdownBytes = -1 },
+		"hot":        func(c *Config) { c.ImagePolicy = "hot"; c.HotBurst = 0 },
 		"dir":        func(c *Config) { c.DataDir = "" },
 		"checkpoint": func(c *Config) { c.CheckpointDistance = 10 },
 		"compaction": func(c *Config) { c.CompactionThreshold = 1 },
@@ -32,6 +34,11 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("policy %v", p.Name())
 	}
 	var _ timeline.ImagePolicy = c.Policy()
+	c.ImagePolicy, c.PushdownDeltas, c.PushdownBytes, c.HotBurst = "hot", 3, 4096, 2
+	hot, ok := c.Policy().(timeline.HotPolicy)
+	if !ok || hot.Name() != "hot" || hot.N != 3 || hot.NBytes != 4096 || hot.Burst != 2 {
+		t.Fatalf("hot policy %#v", c.Policy())
+	}
 }
 
 func TestRelPath(t *testing.T) {

@@ -162,12 +162,8 @@ func (s chainState) add(n int) chainState {
 // at that delta's LSN. A base version in cs resets the key's history. With
 // a plain ImagePolicy the rule is MaterializeAfter's count. The caller
 // stores the returned images (at the same LSNs: images rank above the
-// deltas they replace) and must hold t.writeMu, as Ingest does.
-//
-// Ingest's own rule (MaterializeAfter, counted in the same Timeline.chains)
-// should give way to DueImages: with both, a PushdownPolicy with N > 0
-// would be counted twice. Until Ingest calls it, per-key policies take
-// effect only where DueImages is called.
+// deltas they replace) and must hold t.writeMu: Ingest calls it after
+// every batch it stores.
 //
 // REQUIRES: t.writeMu held; cs already stored.
 func (t *Timeline) DueImages(ctx context.Context, cs []Change) ([]Change, error) {

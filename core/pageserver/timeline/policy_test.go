@@ -84,22 +84,11 @@ func TestBackpressure(t *testing.T) {
 	}
 }
 
-// ingestWithPolicy is Ingest followed by the images DueImages asks for,
-// stored at the same LSNs: what Ingest does with a KeyPolicy.
+// ingestWithPolicy ingests cs: Ingest stores the images DueImages asks
+// for after the batch, at the same LSNs.
 func ingestWithPolicy(t *testing.T, tl *Timeline, cs []Change, last pg.LSN) {
 	t.Helper()
-	ctx := context.Background()
-	if err := tl.Ingest(ctx, cs, last); err != nil {
-		t.Fatal(err)
-	}
-	tl.writeMu.Lock()
-	imgs, err := tl.DueImages(ctx, cs)
-	tl.writeMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Stored through Ingest (its own rule is off: N = 0 in these tests).
-	if err := tl.Ingest(ctx, imgs, last); err != nil {
+	if err := tl.Ingest(context.Background(), cs, last); err != nil {
 		t.Fatal(err)
 	}
 }

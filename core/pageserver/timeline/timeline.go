@@ -237,7 +237,7 @@ type Timeline struct {
 	synced     atomic.Uint64 // every ingested version at or below it is in an fsynced log or a layer file
 	dirty      atomic.Bool   // IngestBuffered appended versions that no fsync covers yet
 	cache      *pageCache
-	chains     map[keyspace.Key]int // deltas since the last base per key (pushdown)
+	chains     map[keyspace.Key]int // chainState per key: deltas and their bytes since its last base (DueImages)
 
 	flushMu sync.Mutex // one flush/compaction/GC/upload at a time
 	kick    chan struct{}

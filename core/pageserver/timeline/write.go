@@ -122,33 +122,14 @@ func (t *Timeline) ingest(ctx context.Context, cs []Change, lastRecord pg.LSN, s
 	if err := t.releaseLocked(t.d.Commit.CommitLSN()); err != nil {
 		return err
 	}
-	// MaterializeAfter's images (pushdown), at the deltas' LSNs. Per-key
-	// policies (KeyPolicy) are applied by callers of DueImages for now.
-	if n := t.d.Policy.MaterializeAfter(); n > 0 && t.d.Redo != nil {
-		var imgs []Change
-		for _, c := range cs {
-			if c.Kind.IsBase() {
-				delete(t.chains, c.Key)
-				continue
-			}
-			t.chains[c.Key]++
-			if t.chains[c.Key] >= n {
-				delete(t.chains, c.Key)
-				// Not t.Get: cs may hold newer versions of the key.
-				cands, _, err := t.collect(ctx, c.Key, c.LSN)
-				var d []byte
-				if err == nil {
-					d, err = t.materialize(ctx, c.Key, c.LSN, cands)
-				}
-				if err != nil {
-					return fmt.Errorf("timeline: pushdown materialization of %s: %w", c.Key, err)
-				}
-				imgs = append(imgs, Change{Key: c.Key, LSN: c.LSN, Kind: layer.Image, Data: d})
-			}
-		}
-		if err := t.putLocked(imgs, false, sync); err != nil {
-			return err
-		}
+	// The image policy's images (pushdown, hot, plugins), at the deltas'
+	// LSNs.
+	imgs, err := t.DueImages(ctx, cs)
+	if err != nil {
+		return err
+	}
+	if err := t.putLocked(imgs, false, sync); err != nil {
+		return err
 	}
 	t.advanceLastRecord(lastRecord)
 	if sync {
