@@ -1,5 +1,6 @@
 // Package metrics serves a process's Prometheus registry on /metrics (with
-// /healthz beside it). Registries are created per process and passed down;
+// /healthz and Go's profiler, /debug/pprof/, beside it: the listener is
+// meant for loopback or an operator network). Registries are created per process and passed down;
 // nothing registers into the global default registry.
 package metrics
 
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,16 @@ func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// HandleProfiler adds Go's profiler (/debug/pprof/: CPU profile, heap,
+// goroutines, trace) to mux, for `go tool pprof http://<addr>/debug/pprof/profile`.
+func HandleProfiler(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 // Server is a running metrics endpoint.
@@ -40,6 +52,7 @@ func Serve(addr string, reg *prometheus.Registry, log zerolog.Logger) (*Server, 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	HandleProfiler(mux)
 	s := &Server{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		addr: ln.Addr(),

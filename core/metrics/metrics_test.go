@@ -30,3 +30,22 @@ func TestServe(t *testing.T) {
 		t.Fatalf("metrics missing:\n%s", body)
 	}
 }
+
+// TestProfiler: the profiler answers beside /metrics (a goroutine dump
+// names this test's goroutine).
+func TestProfiler(t *testing.T) {
+	s, err := Serve("127.0.0.1:0", NewRegistry(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp, err := http.Get("http://" + s.Addr().String() + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "TestProfiler") {
+		t.Fatalf("status %s, goroutine dump:\n%.2000s", resp.Status, body)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
+	coremetrics "github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/core/safekeeper/election"
 	"github.com/stratadb/strata/core/safekeeper/server"
@@ -209,7 +210,10 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Info().Str("addr", n.lis.Addr().String()).Msg("safekeeper: gRPC listening")
 	}
 	if n.cfg.MetricsAddr != "" {
-		hs := &http.Server{Addr: n.cfg.MetricsAddr, Handler: promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})}
+		mux := http.NewServeMux()
+		mux.Handle("/", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})) // /metrics, and any other path as before
+		coremetrics.HandleProfiler(mux)
+		hs := &http.Server{Addr: n.cfg.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		goFn(func(ctx context.Context) {
 			go func() { <-ctx.Done(); hs.Close() }()
 			_ = hs.ListenAndServe()

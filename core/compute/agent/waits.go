@@ -15,6 +15,7 @@ import (
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/redobackend"
 	"github.com/stratadb/strata/core/compute/relpath"
+	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/sdk/cache"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -142,9 +143,11 @@ func (c fsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Handler serves /metrics (Prometheus) and /waits (the Report as JSON).
+// Handler serves /metrics (Prometheus), /waits (the Report as JSON) and
+// Go's profiler (/debug/pprof/).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
+	metrics.HandleProfiler(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/waits", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
