@@ -285,6 +285,11 @@ func TestOtherFilesAndWAL(t *testing.T) {
 	must(err)
 	must(fw.Sync())
 	fw.Close()
+	// A WAL fsync flushes no disk and waits for nothing (the safekeepers
+	// make WAL durable); it is counted.
+	if n := fsys.Waits().WALFsyncs(); n != 1 {
+		t.Fatalf("WAL fsyncs %d, want 1", n)
+	}
 	wantW := pg.LSN(2*pg.WALSegmentSize + 2*pg.BlockSize)
 	if got := fsys.WAL().Current(); got != wantW {
 		t.Fatalf("W = %v; want %v", got, wantW)

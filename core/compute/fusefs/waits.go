@@ -41,7 +41,13 @@ type Waits struct {
 	// sendOnly counts fsyncs answered once sent, without waiting for
 	// durability (FS.SetSyncDurable(false)).
 	sendOnly atomic.Uint64
+	// walSyncs counts fsyncs of pg_wal files (answered without a disk
+	// flush: the safekeepers make WAL durable).
+	walSyncs atomic.Uint64
 }
+
+// WALFsyncs returns how many fsyncs of pg_wal files Postgres made.
+func (w *Waits) WALFsyncs() uint64 { return w.walSyncs.Load() }
 
 // SendOnlyFsyncs returns how many fsyncs returned once their mutations were
 // sent, without waiting for durability.
@@ -81,6 +87,7 @@ var (
 	descMiss  = prometheus.NewDesc("strata_compute_cache_misses_total", "Page reads that missed the compute's cache tier.", nil, nil)
 	descAbove = prometheus.NewDesc("strata_compute_page_lsn_above_w_total", "Page writes whose page LSN was above the WAL position written (bulk writes), tagged with the page LSN.", nil, nil)
 	descSend  = prometheus.NewDesc("strata_compute_fsync_send_only_total", "fsyncs answered once sent to storage, without waiting for durability (Postgres in crash recovery).", nil, nil)
+	descWAL   = prometheus.NewDesc("strata_compute_wal_fsyncs_total", "fsyncs of pg_wal files, answered without flushing the scratch disk (the safekeepers make WAL durable).", nil, nil)
 )
 
 type waitsCollector struct{ w *Waits }
@@ -93,6 +100,7 @@ func (c waitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descMiss
 	ch <- descAbove
 	ch <- descSend
+	ch <- descWAL
 }
 
 func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -111,6 +119,7 @@ func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMiss, prometheus.CounterValue, float64(c.w.miss.Load()))
 	ch <- prometheus.MustNewConstMetric(descAbove, prometheus.CounterValue, float64(c.w.lsnAboveW.Load()))
 	ch <- prometheus.MustNewConstMetric(descSend, prometheus.CounterValue, float64(c.w.sendOnly.Load()))
+	ch <- prometheus.MustNewConstMetric(descWAL, prometheus.CounterValue, float64(c.w.walSyncs.Load()))
 }
 
 // LastWritten is the last-written-LSN map: for each page, the W of its last
