@@ -57,6 +57,8 @@ func TestInvalid(t *testing.T) {
 		"name: x\ntargets: [{kind: stock}]\nduration: soon",
 		"name: x\ntargets: [{kind: stock}]\nunknown_key: 1",
 		"name: x\nworkload: ycsb\ntargets: [{kind: stock}]",
+		"name: x\ntargets: [{kind: stock, config: {storage.image_policy: fpi}}]",
+		"name: x\ntargets: [{kind: strata, profile: p.yaml, config: {\"\": x}}]",
 	} {
 		if _, err := Parse([]byte(y)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err = %v", y, err)

@@ -302,6 +302,11 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	for k, v := range run.Target.Settings {
 		res.Settings[k] = v
 	}
+	// The target's strata config keys, marked so that they do not read as
+	// Postgres settings.
+	for k, v := range run.Target.Config {
+		res.Settings[results.StrataConfigPrefix+k] = v
+	}
 	for k, v := range run.Settings {
 		res.Settings[k] = v
 	}
@@ -341,6 +346,9 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	var collErr error
 	collOpts := collect.Options{URL: base, DB: RunDB, MonitorDB: MonitorDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
 		MetricsURL: t.MetricsURL(), Log: r.opts.Log}
+	if src, ok := t.(target.MetricsSources); ok {
+		collOpts.MetricsURL, collOpts.MetricsURLs = "", src.MetricsURLs()
+	}
 	onWindow := func() {
 		coll, collErr = collect.Start(ctx, collOpts)
 	}
