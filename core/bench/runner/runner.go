@@ -28,6 +28,7 @@ import (
 	"github.com/stratadb/strata/core/bench/collect"
 	"github.com/stratadb/strata/core/bench/matrix"
 	"github.com/stratadb/strata/core/bench/pgbench"
+	"github.com/stratadb/strata/core/bench/report"
 	"github.com/stratadb/strata/core/bench/results"
 	"github.com/stratadb/strata/core/bench/target"
 	"github.com/stratadb/strata/core/bench/tpcc"
@@ -124,6 +125,16 @@ func Headline(r *results.Run) string {
 	}
 	if v, ok := r.Metrics["fpi_bytes_share"]; ok {
 		s += fmt.Sprintf(" FPI %.0f%%", 100*v)
+	}
+	d := report.Derived(r)
+	if v, ok := d[report.GetPageP99]; ok {
+		s += fmt.Sprintf(" GetPage-p99 %.2f ms", v)
+	}
+	if v, ok := d[report.DeltasPerGetPage]; ok {
+		s += fmt.Sprintf(" deltas/GetPage %.2f", v)
+	}
+	if v, ok := d[report.PageserverCPUPct]; ok {
+		s += fmt.Sprintf(" pageserver-CPU %.0f%%", v)
 	}
 	s += fmt.Sprintf(" other-CPU %.0f%% [%s]", r.Metrics["cpu_other_pct"], r.Status)
 	return s
