@@ -32,6 +32,7 @@ var compareRows = []struct {
 	{"FPI share %", metric("fpi_bytes_share", 100, "%.1f"), false},
 	{"FPI per record", metric("fpi_per_record", 1, "%.3f"), false},
 	{"cache hit %", metric("cache_hit_ratio", 100, "%.2f"), false},
+	{"GetPages", derived(GetPages, "%.0f"), true},
 	{"GetPage p99 ms", derived(GetPageP99, "%.3f"), true},
 	{"deltas/GetPage", derived(DeltasPerGetPage, "%.2f"), true},
 	{"pageserver CPU s", derived(PageserverCPU, "%.1f"), true},

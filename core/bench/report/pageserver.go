@@ -24,6 +24,10 @@ const (
 	// seconds; PageserverCPUPct the same as a share of one core.
 	PageserverCPU    = "pageserver_cpu_s"
 	PageserverCPUPct = "pageserver_cpu_pct"
+	// GetPages is the number of pages the pageserver served with GetPage
+	// over the window (0: the compute's caches answered every read, and
+	// there is no GetPage p99).
+	GetPages = "getpages"
 )
 
 // Derived computes the pageserver figures of r from its stored metric
@@ -39,6 +43,9 @@ func Derived(r *results.Run) map[string]float64 {
 	}
 	if prefix == "" {
 		return out
+	}
+	if n, ok := r.Metrics[prefix+"strata_pageserver_getpage_total"]; ok {
+		out[GetPages] = n
 	}
 	if q, ok := HistogramQuantile(0.99, Buckets(r.Metrics, prefix+"strata_pageserver_getpage_seconds")); ok {
 		out[GetPageP99] = q * 1000

@@ -45,6 +45,7 @@ func psMetrics(prefix string) map[string]float64 {
 		h + `{le="0.002"}`:  1000,
 		h + `{le="+Inf"}`:   1000,
 		prefix + "strata_pageserver_getpage_seconds_count":      1000,
+		prefix + "strata_pageserver_getpage_total":              1000,
 		prefix + "strata_pageserver_redo_deltas_per_read_sum":   1000,
 		prefix + "strata_pageserver_redo_deltas_per_read_count": 400,
 		prefix + "process_cpu_seconds_total":                    12,
@@ -57,7 +58,7 @@ func TestDerived(t *testing.T) {
 		r := &results.Run{WindowSec: 60, Metrics: psMetrics(prefix)}
 		d := Derived(r)
 		// rank 990 is the top of the le=0.001 bucket: 1 ms.
-		want := map[string]float64{GetPageP99: 1, DeltasPerGetPage: 2.5, PageserverCPU: 12, PageserverCPUPct: 20}
+		want := map[string]float64{GetPages: 1000, GetPageP99: 1, DeltasPerGetPage: 2.5, PageserverCPU: 12, PageserverCPUPct: 20}
 		for k, w := range want {
 			if v, ok := d[k]; !ok || math.Abs(v-w) > 1e-9 {
 				t.Errorf("%s: %s = %v (%v), want %v", prefix, k, v, ok, w)
@@ -87,7 +88,7 @@ func TestCompareShowsPageserverFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"GetPage p99 ms", "1.000", "deltas/GetPage", "2.50", "pageserver CPU %", "20", "strata config", "storage.pushdown_deltas=3"} {
+	for _, want := range []string{"GetPages", "GetPage p99 ms", "1.000", "deltas/GetPage", "2.50", "pageserver CPU %", "20", "strata config", "storage.pushdown_deltas=3"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("compare output lacks %q:\n%s", want, out)
 		}
