@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/bench/target"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -73,8 +77,21 @@ func TestShippedConfigs(t *testing.T) {
 		t.Skip("no configs/bench/*.yaml")
 	}
 	for _, f := range files {
-		if _, err := Load(f); err != nil {
+		m, err := Load(f)
+		if err != nil {
 			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		// A strata target's profile and config keys load as strata up
+		// will load them (profiles are relative to the repository root).
+		for _, tc := range m.Targets {
+			if tc.Kind != "strata" {
+				continue
+			}
+			tc.Profile = filepath.Join("../../..", tc.Profile)
+			if _, err := target.NewStrata(tc, zerolog.Nop()); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
 		}
 	}
 }
