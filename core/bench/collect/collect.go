@@ -44,7 +44,11 @@ type Options struct {
 	TargetPIDs []int
 	// MetricsURL, when set, is scraped at start and stop.
 	MetricsURL string
-	Log        zerolog.Logger
+	// MetricsURLs are more endpoints scraped at start and stop, by prefix:
+	// their series are stored as "<prefix>.<series>" (prefix "": as
+	// MetricsURL).
+	MetricsURLs map[string]string
+	Log         zerolog.Logger
 }
 
 // Result is what a collection measured between Start and Stop.
@@ -77,7 +81,7 @@ type Collector struct {
 	stats0 map[string]float64
 	lsn0   string
 	cpu0   cpuSnap
-	prom0  map[string]float64
+	prom0  map[string]map[string]float64 // by prefix
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -118,10 +122,14 @@ func Start(ctx context.Context, opts Options) (*Collector, error) {
 		return nil, fmt.Errorf("collect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if opts.MetricsURL != "" {
-		if c.prom0, err = scrape(ctx, opts.MetricsURL); err != nil {
+	c.prom0 = map[string]map[string]float64{}
+	for prefix, url := range c.endpoints() {
+		p, err := scrape(ctx, url)
+		if err != nil {
 			c.errs = append(c.errs, err.Error())
+			continue
 		}
+		c.prom0[prefix] = p
 	}
 	c.cpu0 = readCPU()
 	if c.stats0, c.lsn0, err = statSnapshot(ctx, conn, opts.DB); err != nil {
@@ -174,18 +182,42 @@ func (c *Collector) Stop(ctx context.Context) (*Result, error) {
 		r.Stats["wal.lsn_bytes"] = diff
 	}
 	r.StartLSN, r.EndLSN = c.lsn0, lsn1
-	if c.opts.MetricsURL != "" && c.prom0 != nil {
-		p1, err := scrape(ctx, c.opts.MetricsURL)
+	for prefix, url := range c.endpoints() {
+		p0, ok := c.prom0[prefix]
+		if !ok {
+			continue
+		}
+		p1, err := scrape(ctx, url)
 		if err != nil {
 			r.Errors = append(r.Errors, err.Error())
-		} else {
+			continue
+		}
+		if r.Metrics == nil {
 			r.Metrics = map[string]float64{}
-			for k, v := range p1 {
-				r.Metrics[k] = v - c.prom0[k]
-			}
+		}
+		pre := ""
+		if prefix != "" {
+			pre = prefix + "."
+		}
+		for k, v := range p1 {
+			r.Metrics[pre+k] = v - p0[k]
 		}
 	}
 	return r, nil
+}
+
+// endpoints returns the Prometheus endpoints to scrape by prefix.
+func (c *Collector) endpoints() map[string]string {
+	out := map[string]string{}
+	for prefix, url := range c.opts.MetricsURLs {
+		if url != "" {
+			out[prefix] = url
+		}
+	}
+	if c.opts.MetricsURL != "" {
+		out[""] = c.opts.MetricsURL
+	}
+	return out
 }
 
 // statSnapshot reads the cumulative statistics views as one flat map.

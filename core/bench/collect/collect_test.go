@@ -93,9 +93,16 @@ func TestCollect(t *testing.T) {
 		fmt.Fprintf(w, "# TYPE strata_getpage_total counter\nstrata_getpage_total{tier=\"lfc\"} %d\n", n*100)
 	}))
 	defer ms.Close()
+	var psScrapes atomic.Int64
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := psScrapes.Add(1)
+		fmt.Fprintf(w, "process_cpu_seconds_total %d.5\n", n*3)
+	}))
+	defer ps.Close()
 	ctx := context.Background()
 	c, err := Start(ctx, Options{URL: srv.ConnString("postgres"), DB: "postgres",
-		TargetPIDs: []int{srv.PID()}, MetricsURL: ms.URL, Log: zerolog.New(zerolog.NewTestWriter(t))})
+		TargetPIDs: []int{srv.PID()}, MetricsURL: ms.URL, MetricsURLs: map[string]string{"pageserver": ps.URL},
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +153,9 @@ func TestCollect(t *testing.T) {
 	}
 	if r.Metrics[`strata_getpage_total{tier="lfc"}`] != 100 {
 		t.Errorf("metrics delta %v", r.Metrics)
+	}
+	if r.Metrics["pageserver.process_cpu_seconds_total"] != 3 || r.Metrics["process_cpu_seconds_total"] != 0 {
+		t.Errorf("prefixed metrics delta %v", r.Metrics)
 	}
 	if r.CPU.Cores < 1 || r.CPU.Busy <= 0 || r.CPU.Target <= 0 {
 		t.Errorf("cpu %+v", r.CPU)

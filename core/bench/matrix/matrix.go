@@ -191,6 +191,9 @@ func (m *Matrix) defaults() error {
 		if t.Kind == "" {
 			return bad("target %s: kind is required", t.Name)
 		}
+		if err := target.CheckConfig(m.Targets[i]); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if len(m.VirtualUsers) == 0 {
 		m.VirtualUsers = Axis{"1"}

@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/bench/target"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -57,6 +61,8 @@ func TestInvalid(t *testing.T) {
 		"name: x\ntargets: [{kind: stock}]\nduration: soon",
 		"name: x\ntargets: [{kind: stock}]\nunknown_key: 1",
 		"name: x\nworkload: ycsb\ntargets: [{kind: stock}]",
+		"name: x\ntargets: [{kind: stock, config: {storage.image_policy: fpi}}]",
+		"name: x\ntargets: [{kind: strata, profile: p.yaml, config: {\"\": x}}]",
 	} {
 		if _, err := Parse([]byte(y)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err = %v", y, err)
@@ -71,8 +77,21 @@ func TestShippedConfigs(t *testing.T) {
 		t.Skip("no configs/bench/*.yaml")
 	}
 	for _, f := range files {
-		if _, err := Load(f); err != nil {
+		m, err := Load(f)
+		if err != nil {
 			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		// A strata target's profile and config keys load as strata up
+		// will load them (profiles are relative to the repository root).
+		for _, tc := range m.Targets {
+			if tc.Kind != "strata" {
+				continue
+			}
+			tc.Profile = filepath.Join("../../..", tc.Profile)
+			if _, err := target.NewStrata(tc, zerolog.Nop()); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
 		}
 	}
 }

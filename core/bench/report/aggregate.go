@@ -43,6 +43,8 @@ type Point struct {
 	Runs   []*results.Run
 	// Throughput is NOPM (tpcc) or TPS (pgbench).
 	Throughput, TPM, P95, WALPerTx, FPIShare, HitRatio, OtherCPU, PingP95 Stat
+	// Pageserver figures of strata targets (see Derived).
+	GetPageP99, DeltasPerGetPage, PageserverCPUPct Stat
 	// Waits is the average number of sessions in each wait (samples per
 	// sampling round), summed over repeats and divided by them.
 	Waits map[string]float64
@@ -119,7 +121,7 @@ func Aggregate(title string, runs []*results.Run, p95Limit float64, noisePct flo
 }
 
 func (p *Point) fill(workload string, p95Limit, noisePct float64) {
-	var thr, tpm, p95, wal, fpi, hit, cpu, ping []float64
+	var thr, tpm, p95, wal, fpi, hit, cpu, ping, gp99, deltas, pscpu []float64
 	n := 0
 	for _, r := range p.Runs {
 		if r.Status != "ok" {
@@ -150,6 +152,12 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 		add(&hit, "cache_hit_ratio", 100)
 		add(&cpu, "cpu_other_pct", 1)
 		add(&ping, "ping_p95_ms", 1)
+		dv := Derived(r)
+		for key, dst := range map[string]*[]float64{GetPageP99: &gp99, DeltasPerGetPage: &deltas, PageserverCPUPct: &pscpu} {
+			if v, ok := dv[key]; ok {
+				*dst = append(*dst, v)
+			}
+		}
 		if r.Metrics["cpu_other_pct"] > noisePct {
 			p.Noisy++
 		}
@@ -166,7 +174,20 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 	}
 	p.Throughput, p.TPM, p.P95 = stat(thr), stat(tpm), stat(p95)
 	p.WALPerTx, p.FPIShare, p.HitRatio, p.OtherCPU, p.PingP95 = stat(wal), stat(fpi), stat(hit), stat(cpu), stat(ping)
+	p.GetPageP99, p.DeltasPerGetPage, p.PageserverCPUPct = stat(gp99), stat(deltas), stat(pscpu)
 	p.Valid = n > 0 && p.P95.Median <= p95Limit
+}
+
+// HasPageserver reports whether any point has pageserver figures.
+func (d *Data) HasPageserver() bool {
+	for _, s := range d.Series {
+		for _, p := range s.Points {
+			if p.GetPageP99.N+p.DeltasPerGetPage.N+p.PageserverCPUPct.N > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Best returns the series' highest median throughput among points that

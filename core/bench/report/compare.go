@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -10,32 +11,40 @@ import (
 )
 
 // compareRows are the figures strata bench compare puts side by side.
+// Rows marked optional are left out when no run has the figure.
 var compareRows = []struct {
-	name string
-	get  func(r *results.Run) string
+	name     string
+	get      func(r *results.Run) string
+	optional bool
 }{
-	{"configuration", func(r *results.Run) string { return r.Label }},
-	{"status", func(r *results.Run) string { return r.Status }},
-	{"repeat", func(r *results.Run) string { return fmt.Sprint(r.Repeat) }},
-	{"started", func(r *results.Run) string { return r.StartedAt.UTC().Format("2006-01-02 15:04") }},
-	{"git", func(r *results.Run) string { return r.GitRev }},
-	{"window s", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.WindowSec) }},
-	{"NOPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.NOPM) }},
-	{"TPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.TPM) }},
-	{"p95 ms (NO / pgbench)", func(r *results.Run) string { return fmt.Sprintf("%.2f", r.P95) }},
-	{"WAL/NO KB", metric("wal_bytes_per_new_order", 1.0/1024, "%.1f")},
-	{"WAL/xact KB", metric("wal_bytes_per_xact", 1.0/1024, "%.1f")},
-	{"FPI share %", metric("fpi_bytes_share", 100, "%.1f")},
-	{"FPI per record", metric("fpi_per_record", 1, "%.3f")},
-	{"cache hit %", metric("cache_hit_ratio", 100, "%.2f")},
-	{"ping p95 ms", metric("ping_p95_ms", 1, "%.2f")},
-	{"CPU busy %", metric("cpu_busy_pct", 1, "%.0f")},
-	{"CPU target %", metric("cpu_target_pct", 1, "%.0f")},
-	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f")},
-	{"CPU other %", metric("cpu_other_pct", 1, "%.0f")},
+	{"configuration", func(r *results.Run) string { return r.Label }, false},
+	{"strata config", strataConfig, true},
+	{"status", func(r *results.Run) string { return r.Status }, false},
+	{"repeat", func(r *results.Run) string { return fmt.Sprint(r.Repeat) }, false},
+	{"started", func(r *results.Run) string { return r.StartedAt.UTC().Format("2006-01-02 15:04") }, false},
+	{"git", func(r *results.Run) string { return r.GitRev }, false},
+	{"window s", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.WindowSec) }, false},
+	{"NOPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.NOPM) }, false},
+	{"TPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.TPM) }, false},
+	{"p95 ms (NO / pgbench)", func(r *results.Run) string { return fmt.Sprintf("%.2f", r.P95) }, false},
+	{"WAL/NO KB", metric("wal_bytes_per_new_order", 1.0/1024, "%.1f"), false},
+	{"WAL/xact KB", metric("wal_bytes_per_xact", 1.0/1024, "%.1f"), false},
+	{"FPI share %", metric("fpi_bytes_share", 100, "%.1f"), false},
+	{"FPI per record", metric("fpi_per_record", 1, "%.3f"), false},
+	{"cache hit %", metric("cache_hit_ratio", 100, "%.2f"), false},
+	{"GetPages", derived(GetPages, "%.0f"), true},
+	{"GetPage p99 ms", derived(GetPageP99, "%.3f"), true},
+	{"deltas/GetPage", derived(DeltasPerGetPage, "%.2f"), true},
+	{"pageserver CPU s", derived(PageserverCPU, "%.1f"), true},
+	{"pageserver CPU %", derived(PageserverCPUPct, "%.0f"), true},
+	{"ping p95 ms", metric("ping_p95_ms", 1, "%.2f"), false},
+	{"CPU busy %", metric("cpu_busy_pct", 1, "%.0f"), false},
+	{"CPU target %", metric("cpu_target_pct", 1, "%.0f"), false},
+	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f"), false},
+	{"CPU other %", metric("cpu_other_pct", 1, "%.0f"), false},
 	{"checkpoints", func(r *results.Run) string {
 		return fmt.Sprintf("%.0f", r.Metrics["pg.bgwriter.checkpoints_timed"]+r.Metrics["pg.bgwriter.checkpoints_req"])
-	}},
+	}, false},
 	{"top wait", func(r *results.Run) string {
 		best, bv := "", int64(0)
 		for k, v := range r.Waits {
@@ -44,7 +53,33 @@ var compareRows = []struct {
 			}
 		}
 		return best
-	}},
+	}, false},
+}
+
+// derived formats one of the figures Derived computes.
+func derived(key string, f string) func(*results.Run) string {
+	return func(r *results.Run) string {
+		v, ok := Derived(r)[key]
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf(f, v)
+	}
+}
+
+// strataConfig renders the strata config keys of a strata target's run.
+func strataConfig(r *results.Run) string {
+	var parts []string
+	for k, v := range r.Settings {
+		if name, ok := strings.CutPrefix(k, results.StrataConfigPrefix); ok {
+			parts = append(parts, name+"="+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "–"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }
 
 func metric(key string, scale float64, f string) func(*results.Run) string {
@@ -66,6 +101,15 @@ func Compare(w io.Writer, runs []*results.Run) error {
 	}
 	fmt.Fprintln(tw)
 	for _, row := range compareRows {
+		if row.optional {
+			present := false
+			for _, r := range runs {
+				present = present || row.get(r) != "–"
+			}
+			if !present {
+				continue
+			}
+		}
 		fmt.Fprint(tw, row.name)
 		for _, r := range runs {
 			fmt.Fprintf(tw, "\t%s", row.get(r))

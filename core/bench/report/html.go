@@ -8,7 +8,17 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/stratadb/strata/core/bench/results"
 )
+
+// runLabel is the run's configuration with its strata config keys.
+func runLabel(r *results.Run) string {
+	if c := strataConfig(r); c != "–" {
+		return r.Label + " [" + c + "]"
+	}
+	return r.Label
+}
 
 func (s Stat) text(f string) string {
 	if s.N == 0 || math.IsNaN(s.Median) {
@@ -99,7 +109,12 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 	}
 	b.WriteString(`</div>`)
 
-	fmt.Fprintf(&b, `<h2>Configurations (median [min–max] over repeats)</h2><table><tr><th class="l">series</th><th>VUs</th><th>repeats</th><th>%s</th><th>TPM</th><th>p95 ms</th><th>WAL/tx KB</th><th>FPI %%</th><th>hit %%</th><th>ping p95 ms</th><th>other CPU %%</th><th class="l">flags</th></tr>`, d.ThroughputName())
+	ps := d.HasPageserver()
+	psHead := ""
+	if ps {
+		psHead = `<th>GetPage p99 ms</th><th>deltas/GetPage</th><th>pageserver CPU %</th>`
+	}
+	fmt.Fprintf(&b, `<h2>Configurations (median [min–max] over repeats)</h2><table><tr><th class="l">series</th><th>VUs</th><th>repeats</th><th>%s</th><th>TPM</th><th>p95 ms</th><th>WAL/tx KB</th><th>FPI %%</th><th>hit %%</th>%s<th>ping p95 ms</th><th>other CPU %%</th><th class="l">flags</th></tr>`, d.ThroughputName(), psHead)
 	for _, s := range d.Series {
 		for _, p := range s.Points {
 			var flags []string
@@ -112,9 +127,13 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 			if p.Incomplete > 0 {
 				flags = append(flags, fmt.Sprintf(`<span class="warn">incomplete ×%d</span>`, p.Incomplete))
 			}
-			fmt.Fprintf(&b, `<tr><td class="l">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="l">%s</td></tr>`,
+			psCells := ""
+			if ps {
+				psCells = fmt.Sprintf(`<td>%s</td><td>%s</td><td>%s</td>`, p.GetPageP99.text("%.3f"), p.DeltasPerGetPage.text("%.2f"), p.PageserverCPUPct.text("%.0f"))
+			}
+			fmt.Fprintf(&b, `<tr><td class="l">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td>%s</td><td>%s</td><td class="l">%s</td></tr>`,
 				esc(s.Name), p.VUs, len(p.Runs), p.Throughput.text("%.0f"), p.TPM.text("%.0f"), p.P95.text("%.2f"),
-				p.WALPerTx.text("%.1f"), p.FPIShare.text("%.1f"), p.HitRatio.text("%.2f"), p.PingP95.text("%.2f"),
+				p.WALPerTx.text("%.1f"), p.FPIShare.text("%.1f"), p.HitRatio.text("%.2f"), psCells, p.PingP95.text("%.2f"),
 				p.OtherCPU.text("%.1f"), strings.Join(flags, " "))
 		}
 	}
@@ -125,7 +144,7 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].ID < runs[j].ID })
 	for _, r := range runs {
 		fmt.Fprintf(&b, `<tr><td>%d</td><td class="l">%s</td><td>%d</td><td class="l">%s</td><td>%s</td><td>%.0f</td><td>%.0f</td><td>%.2f</td><td class="l">%s</td><td class="l">%s</td></tr>`,
-			r.ID, esc(r.Label), r.Repeat, r.StartedAt.UTC().Format("2006-01-02 15:04:05"), esc(r.Status), r.NOPM, r.TPM, r.P95, esc(r.GitRev), esc(strings.Join(r.Notes, "; ")))
+			r.ID, esc(runLabel(r)), r.Repeat, r.StartedAt.UTC().Format("2006-01-02 15:04:05"), esc(r.Status), r.NOPM, r.TPM, r.P95, esc(r.GitRev), esc(strings.Join(r.Notes, "; ")))
 	}
 	b.WriteString(`</table>`)
 	if len(d.Runs) > 0 {

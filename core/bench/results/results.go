@@ -35,6 +35,11 @@ type Latency struct {
 	Mean               float64 // milliseconds
 }
 
+// StrataConfigPrefix marks a strata config key of a kind strata target in
+// Run.Settings ("strata:storage.pushdown_deltas"), next to the Postgres
+// settings.
+const StrataConfigPrefix = "strata:"
+
 // Point is one time-series sample.
 type Point struct{ T, V float64 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/stratadb/strata/core/bench/collect"
 	"github.com/stratadb/strata/core/bench/matrix"
 	"github.com/stratadb/strata/core/bench/pgbench"
+	"github.com/stratadb/strata/core/bench/report"
 	"github.com/stratadb/strata/core/bench/results"
 	"github.com/stratadb/strata/core/bench/target"
 	"github.com/stratadb/strata/core/bench/tpcc"
@@ -124,6 +125,16 @@ func Headline(r *results.Run) string {
 	}
 	if v, ok := r.Metrics["fpi_bytes_share"]; ok {
 		s += fmt.Sprintf(" FPI %.0f%%", 100*v)
+	}
+	d := report.Derived(r)
+	if v, ok := d[report.GetPageP99]; ok {
+		s += fmt.Sprintf(" GetPage-p99 %.2f ms", v)
+	}
+	if v, ok := d[report.DeltasPerGetPage]; ok {
+		s += fmt.Sprintf(" deltas/GetPage %.2f", v)
+	}
+	if v, ok := d[report.PageserverCPUPct]; ok {
+		s += fmt.Sprintf(" pageserver-CPU %.0f%%", v)
 	}
 	s += fmt.Sprintf(" other-CPU %.0f%% [%s]", r.Metrics["cpu_other_pct"], r.Status)
 	return s
@@ -302,6 +313,11 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	for k, v := range run.Target.Settings {
 		res.Settings[k] = v
 	}
+	// The target's strata config keys, marked so that they do not read as
+	// Postgres settings.
+	for k, v := range run.Target.Config {
+		res.Settings[results.StrataConfigPrefix+k] = v
+	}
 	for k, v := range run.Settings {
 		res.Settings[k] = v
 	}
@@ -341,6 +357,9 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	var collErr error
 	collOpts := collect.Options{URL: base, DB: RunDB, MonitorDB: MonitorDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
 		MetricsURL: t.MetricsURL(), Log: r.opts.Log}
+	if src, ok := t.(target.MetricsSources); ok {
+		collOpts.MetricsURL, collOpts.MetricsURLs = "", src.MetricsURLs()
+	}
 	onWindow := func() {
 		coll, collErr = collect.Start(ctx, collOpts)
 	}

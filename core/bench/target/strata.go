@@ -46,6 +46,14 @@ func NewStrata(cfg Config, log zerolog.Logger) (Target, error) {
 	if _, err := os.Stat(cfg.Profile); err != nil {
 		return nil, fmt.Errorf("target %s: profile: %w", cfg.Name, err)
 	}
+	if err := CheckConfig(cfg); err != nil {
+		return nil, err
+	}
+	if len(cfg.Config) > 0 {
+		if err := checkProfile(cfg); err != nil {
+			return nil, fmt.Errorf("target %s: %w", cfg.Name, err)
+		}
+	}
 	if cfg.BinDir == "" {
 		cfg.BinDir = DefaultBinDir
 	}
@@ -107,7 +115,9 @@ func (s *strataTarget) prepare() error {
 		return err
 	}
 	s.root = root
-	s.env = append(os.Environ(),
+	// The target's config keys first, the bench's own folders and ports
+	// last (CheckConfig keeps the config from naming those).
+	s.env = append(append(os.Environ(), configEnv(s.cfg.Config)...),
 		"STRATA_CLUSTER_DATA_DIR="+filepath.Join(root, "cluster"),
 		"STRATA_OBJECTSTORE_FS_ROOT="+filepath.Join(root, "objects"),
 		"STRATA_COMPUTE_PORT="+strconv.Itoa(pgPort),
@@ -253,6 +263,41 @@ func (s *strataTarget) PIDs() []int {
 	return pids
 }
 
+// MetricsURLs is the metrics_url of the config when it has one, else the
+// /metrics endpoints of the cluster's pageserver and compute agent as
+// `strata up` started them (none when cluster.metrics_port is 0).
+func (s *strataTarget) MetricsURLs() map[string]string {
+	if s.cfg.MetricsURL != "" {
+		return map[string]string{"": s.cfg.MetricsURL}
+	}
+	out := map[string]string{}
+	if !s.running {
+		return out
+	}
+	st, err := s.state()
+	if err != nil {
+		s.log.Warn().Err(err).Msg("no cluster state: the cluster's metrics are not scraped")
+		return out
+	}
+	procs, _ := st["procs"].([]any)
+	for _, p := range procs {
+		m, _ := p.(map[string]any)
+		name, _ := m["name"].(string)
+		if name != "pageserver" && name != "compute" {
+			continue
+		}
+		args, _ := m["args"].([]any)
+		for i := 0; i+1 < len(args); i++ {
+			if a, _ := args[i].(string); a == "--metrics-addr" {
+				if addr, _ := args[i+1].(string); addr != "" {
+					out[name] = "http://" + addr + "/metrics"
+				}
+			}
+		}
+	}
+	return out
+}
+
 // WALDir is the compute's pg_wal, for pg_waldump.
 func (s *strataTarget) WALDir() string {
 	st, err := s.state()
@@ -278,6 +323,7 @@ func (s *strataTarget) Close() error {
 }
 
 var (
-	_ Target    = (*strataTarget)(nil)
-	_ WALSource = (*strataTarget)(nil)
+	_ Target         = (*strataTarget)(nil)
+	_ WALSource      = (*strataTarget)(nil)
+	_ MetricsSources = (*strataTarget)(nil)
 )

@@ -2,10 +2,13 @@ package target
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +18,20 @@ import (
 
 	"github.com/stratadb/strata/internal/pgtest"
 )
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", url, err, resp.Status)
+	}
+	return string(b)
+}
 
 // buildStrata builds cmd/strata once for the test.
 func buildStrata(t *testing.T) string {
@@ -42,7 +59,7 @@ func TestStrataLifecycle(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	profile := filepath.Join(filepath.Dir(file), "..", "..", "..", "configs", "local.yaml")
 	tg, err := NewStrata(Config{Name: "strata", Kind: "strata", Profile: profile, Strata: buildStrata(t),
-		Settings: map[string]string{"shared_buffers": "32MB"}}, zerolog.Nop())
+		Settings: map[string]string{"shared_buffers": "32MB"}, Config: map[string]string{"compute.full_page_writes": "false"}}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +82,21 @@ func TestStrataLifecycle(t *testing.T) {
 		c.Close(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The target's config key reached the cluster.
+	if got := query(t, tg.URL(), "SHOW full_page_writes"); got != "off" {
+		t.Fatalf("full_page_writes = %s with config compute.full_page_writes false, want off", got)
+	}
+	// The pageserver's /metrics is found without metrics_url.
+	eps := st.MetricsURLs()
+	if eps["pageserver"] == "" || eps["compute"] == "" {
+		t.Fatalf("metrics endpoints %v: want the pageserver's and the compute agent's", eps)
+	}
+	body := httpGet(t, eps["pageserver"])
+	for _, want := range []string{"strata_pageserver_getpage_seconds_bucket", "strata_pageserver_redo_deltas_per_read_count", "process_cpu_seconds_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("pageserver /metrics at %s lacks %s", eps["pageserver"], want)
 		}
 	}
 	restarted, err := tg.Apply(ctx, map[string]string{"shared_buffers": "48MB"})

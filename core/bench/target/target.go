@@ -51,6 +51,11 @@ type Config struct {
 	Profile string `yaml:"profile"`
 	// Strata is the strata binary (kind strata; default: this program).
 	Strata string `yaml:"strata"`
+	// Config holds strata config keys for this target only (kind strata),
+	// dotted as in the config file: storage.image_policy: fpi. They reach
+	// `strata up` and `strata down` as STRATA_* environment overrides
+	// (STRATA_STORAGE_IMAGE_POLICY) on top of the profile.
+	Config map[string]string `yaml:"config"`
 }
 
 // Target is one Postgres endpoint. Methods are not safe for concurrent use;
@@ -76,6 +81,15 @@ type Target interface {
 	MetricsURL() string
 	// Close stops the target and removes what it created.
 	Close() error
+}
+
+// MetricsSources is implemented by targets with Prometheus endpoints of
+// their own (a strata cluster: pageserver, compute agent).
+type MetricsSources interface {
+	// MetricsURLs maps a prefix to a /metrics URL; the bench stores each
+	// endpoint's series as strata.<prefix>.<series> ("" prefix:
+	// strata.<series>). Empty when there is nothing to scrape.
+	MetricsURLs() map[string]string
 }
 
 // Factory builds a Target from its Config.

@@ -490,7 +490,7 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 		if err != nil {
 			return err
 		}
-		d, err := t.materialize(ctx, k, lsn, cs)
+		d, _, err := t.materialize(ctx, k, lsn, cs)
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}

@@ -12,6 +12,7 @@ type Metrics struct {
 	reads         prometheus.Counter
 	cacheHits     prometheus.Counter
 	readAmp       prometheus.Histogram
+	redoDeltas    prometheus.Histogram
 	layers        *prometheus.GaugeVec
 	lastRecord    *prometheus.GaugeVec
 	ingestLag     *prometheus.GaugeVec
@@ -27,9 +28,12 @@ type Metrics struct {
 // NewMetrics registers the engine metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		reads:         prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_reads_total", Help: "Key reads (GetPage, Nblocks, file blocks)."}),
-		cacheHits:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_cache_hits_total", Help: "Reads answered by the materialized page cache."}),
-		readAmp:       prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_pageserver_read_amplification", Help: "Layer files consulted per uncached read.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64}}),
+		reads:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_reads_total", Help: "Key reads (GetPage, Nblocks, file blocks)."}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_cache_hits_total", Help: "Reads answered by the materialized page cache."}),
+		readAmp:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_pageserver_read_amplification", Help: "Layer files consulted per uncached read.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64}}),
+		redoDeltas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_pageserver_redo_deltas_per_read",
+			Help:    "WAL records (deltas) applied to rebuild a relation page on an uncached read; 0 when an image answered.",
+			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128}}),
 		layers:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_layers", Help: "Layer files per timeline, kind and level."}, []string{"timeline", "kind", "level"}),
 		lastRecord:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_last_record_lsn", Help: "Highest LSN ingested or put."}, []string{"timeline"}),
 		ingestLag:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_ingest_lag_bytes", Help: "Commit LSN minus last record LSN."}, []string{"timeline"}),
@@ -41,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		evictions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_evictions_total", Help: "Layer files evicted from local disk."}),
 		uploadErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_upload_errors_total", Help: "Failed upload rounds (retried)."}),
 	}
-	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
+	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
 		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors)
 	return m
 }
@@ -55,6 +59,13 @@ func (m *Metrics) read(hit bool, layers int) {
 		m.cacheHits.Inc()
 	} else {
 		m.readAmp.Observe(float64(layers))
+	}
+}
+
+// reconstructed records the deltas applied to rebuild one relation page.
+func (m *Metrics) reconstructed(deltas int) {
+	if m != nil {
+		m.redoDeltas.Observe(float64(deltas))
 	}
 }
 

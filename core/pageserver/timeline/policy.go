@@ -212,7 +212,7 @@ func (t *Timeline) DueImages(ctx context.Context, cs []Change) ([]Change, error)
 		cands, _, err := t.collect(ctx, c.Key, c.LSN)
 		var d []byte
 		if err == nil {
-			d, err = t.materialize(ctx, c.Key, c.LSN, cands)
+			d, _, err = t.materialize(ctx, c.Key, c.LSN, cands)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("timeline: %s materialization of %s at %s: %w", t.d.Policy.Name(), c.Key, c.LSN, err)

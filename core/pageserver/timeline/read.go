@@ -150,7 +150,10 @@ func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	d, err := t.materialize(ctx, k, upto, cs)
+	d, deltas, err := t.materialize(ctx, k, upto, cs)
+	if err == nil && k.IsRelBlock() {
+		t.d.Metrics.reconstructed(deltas)
+	}
 	if fill && latest && len(cs) > 0 && (err == nil || errors.Is(err, ErrNotFound)) {
 		// cs[0] is the key's newest version: the value answers every
 		// read at or above its LSN until the next write to k.
@@ -159,28 +162,30 @@ func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte
 	return d, err
 }
 
-func (t *Timeline) materialize(ctx context.Context, k keyspace.Key, upto pg.LSN, cs []cand) ([]byte, error) {
+// materialize rebuilds k from its versions cs (newest first, ending at a
+// base) and returns it with the number of WAL records it applied.
+func (t *Timeline) materialize(ctx context.Context, k keyspace.Key, upto pg.LSN, cs []cand) ([]byte, int, error) {
 	if len(cs) == 0 {
-		return nil, ErrNotFound
+		return nil, 0, ErrNotFound
 	}
 	last := len(cs) - 1
 	b := cs[last]
 	if !b.v.Kind.IsBase() {
-		return nil, fmt.Errorf("%w: %s at %s", ErrMissingBase, k, upto)
+		return nil, 0, fmt.Errorf("%w: %s at %s", ErrMissingBase, k, upto)
 	}
 	if err := t.fill(ctx, &cs[last]); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if last == 0 {
 		switch b.v.Kind {
 		case layer.Tombstone:
-			return nil, ErrNotFound
+			return nil, 0, ErrNotFound
 		case layer.Image:
-			return cs[0].v.Data, nil
+			return cs[0].v.Data, 0, nil
 		}
 	}
 	if t.d.Redo == nil {
-		return nil, fmt.Errorf("%w: %s at %s", ErrNoRedo, k, upto)
+		return nil, 0, fmt.Errorf("%w: %s at %s", ErrNoRedo, k, upto)
 	}
 	var base []byte
 	var recs [][]byte
@@ -192,11 +197,12 @@ func (t *Timeline) materialize(ctx context.Context, k keyspace.Key, upto pg.LSN,
 	}
 	for i := last - 1; i >= 0; i-- {
 		if err := t.fill(ctx, &cs[i]); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		recs = append(recs, cs[i].v.Data)
 	}
-	return t.d.Redo.Apply(k, cs[0].v.LSN, base, recs)
+	d, err := t.d.Redo.Apply(k, cs[0].v.LSN, base, recs)
+	return d, len(recs), err
 }
 
 func (t *Timeline) fill(ctx context.Context, c *cand) error {

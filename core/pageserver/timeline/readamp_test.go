@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
@@ -121,4 +122,73 @@ func BenchmarkReadAmplification(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("compacted", run)
+}
+
+// TestRedoDeltasPerReadMetric checks strata_pageserver_redo_deltas_per_read:
+// a page with a base image and three deltas, read once uncached, is one
+// observation of 3; a page with only an image is one observation of 0; a
+// cached read and a relation size read observe nothing.
+func TestRedoDeltasPerReadMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	commit := &CommitLSN{}
+	commit.Set(1 << 60)
+	tl, err := Open(context.Background(), pg.TimelineID{0xA4}, t.TempDir(), smallOpts(),
+		Deps{Log: zerolog.Nop(), Commit: commit, Redo: concatRedo{}, Metrics: NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	ctx := context.Background()
+	rebuilt := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 7, Block: 0})
+	imaged := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 7, Block: 1})
+	size := keyspace.RelSize(pg.RelTag{Spc: 1663, DB: 1, Rel: 7})
+	cs := []Change{
+		{Key: rebuilt, LSN: 0x100, Kind: layer.Image, Data: []byte("base")},
+		{Key: imaged, LSN: 0x100, Kind: layer.Image, Data: []byte("only")},
+		{Key: size, LSN: 0x100, Kind: layer.Image, Data: []byte{0, 0, 0, 2}},
+		{Key: rebuilt, LSN: 0x108, Kind: layer.Delta, Data: []byte("+a")},
+		{Key: rebuilt, LSN: 0x110, Kind: layer.Delta, Data: []byte("+b")},
+		{Key: rebuilt, LSN: 0x118, Kind: layer.Delta, Data: []byte("+c")},
+	}
+	if err := tl.Ingest(ctx, cs, 0x118); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []keyspace.Key{rebuilt, imaged, size} {
+		if _, err := tl.Get(ctx, k, 0x118); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tl.Get(ctx, rebuilt, LatestLSN); err != nil { // page cache hit
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, mf := range mfs {
+		if mf.GetName() != "strata_pageserver_redo_deltas_per_read" {
+			continue
+		}
+		found = true
+		h := mf.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
+			t.Fatalf("deltas per read: %d observations summing to %v, want 2 summing to 3", h.GetSampleCount(), h.GetSampleSum())
+		}
+		for _, b := range h.GetBucket() {
+			want := uint64(0)
+			switch {
+			case b.GetUpperBound() >= 3:
+				want = 2
+			case b.GetUpperBound() >= 0:
+				want = 1
+			}
+			if b.GetCumulativeCount() != want {
+				t.Errorf("bucket le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("strata_pageserver_redo_deltas_per_read is not registered")
+	}
 }
