@@ -8,14 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/core/supervise"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -33,7 +36,7 @@ func newComputeCmd(a *app) *cobra.Command {
 		pageserver, timeline, filesTimeline, mountpoint, scratch, computeID, metricsAddr, replUser string
 		safekeepers                                                                                []string
 		port                                                                                       int
-		feedCommit, noArchive, debug                                                               bool
+		feedCommit, noArchive, debug, restartOnCrash                                               bool
 		readyFile                                                                                  string
 	)
 	cmd := &cobra.Command{
@@ -50,6 +53,9 @@ safekeepers hold; non-relation files go to --files-timeline; a new cluster's
 initdb output is imported into the redo timeline as its base; wal_log_hints
 is forced on. It restarts Postgres from storage whenever it exits, and on SIGINT/SIGTERM
 stops it (fast shutdown), waits until every write is durable and unmounts.
+With --restart-on-crash (what strata up uses) a small supervisor runs the
+agent as its child and starts it again, with a backoff, when the agent dies
+after it was ready once; a first start that fails is reported, not retried.
 
 Secrets come from the environment: STRATA_COMPUTE_PASSWORD (the postgres
 superuser's password, set by initdb) and STRATA_COMPUTE_REPL_PASSWORD (the
@@ -67,6 +73,9 @@ safekeepers' replication role, created or updated at every start).`,
 			log, err := a.logger(full, "compute")
 			if err != nil {
 				return err
+			}
+			if restartOnCrash {
+				return superviseCompute(cmd.Context(), readyFile, log)
 			}
 			tl, err := pg.ParseTimelineID(timeline)
 			if err != nil {
@@ -161,6 +170,7 @@ safekeepers' replication role, created or updated at every start).`,
 	f.BoolVar(&noArchive, "no-archive", false, "refill pg_wal from the safekeepers only, not from the object store's WAL archive")
 	f.BoolVar(&debug, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once Postgres accepts connections")
+	f.BoolVar(&restartOnCrash, "restart-on-crash", false, "run the agent as a child process and start it again when it dies (kill -9, a crash) after it was ready once; killing this process kills the agent")
 	for _, req := range []string{"timeline", "safekeepers", "mountpoint", "scratch"} {
 		_ = cmd.MarkFlagRequired(req)
 	}
@@ -213,4 +223,36 @@ func fetchWaits(ctx context.Context, addr string) (agent.Report, error) {
 	var r agent.Report
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	return r, err
+}
+
+// superviseCompute runs this command again without --restart-on-crash as
+// a supervised child (core/supervise): restarted when it dies after
+// Postgres was ready (readyFile, when given), SIGTERM passed on.
+func superviseCompute(ctx context.Context, readyFile string, log zerolog.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var args []string
+	for _, arg := range os.Args[1:] {
+		if arg == "--restart-on-crash" || strings.HasPrefix(arg, "--restart-on-crash=") {
+			continue
+		}
+		args = append(args, arg)
+	}
+	o := supervise.Options{
+		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
+		Name: "compute agent", Final: []int{2}, Log: log,
+		Started: func(pid int) { log.Info().Int("pid", pid).Msg("compute agent started") },
+	}
+	if readyFile != "" {
+		o.Ready = func() bool { _, err := os.Stat(readyFile); return err == nil }
+		o.Reset = func() { _ = os.Remove(readyFile) }
+	}
+	err = supervise.Run(ctx, o)
+	var ee *supervise.ExitError
+	if errors.As(err, &ee) && ee.Code == 2 {
+		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
+	}
+	return err
 }

@@ -429,6 +429,9 @@ func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (
 		"--compute-id", "compute-" + strconv.Itoa(os.Getpid()),
 		"--repl-user", ReplUser,
 		"--ready-file", c.readyFile(),
+		// A supervisor starts the agent again if it dies (kill -9, a
+		// crash) after it was ready; killing the supervisor kills it.
+		"--restart-on-crash",
 	}
 	if a := c.ComputeMetricsAddr(); a != "" {
 		args = append(args, "--metrics-addr", a)

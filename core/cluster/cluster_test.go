@@ -410,3 +410,108 @@ func TestAgentKill9(t *testing.T) {
 		t.Fatal("no commit was acknowledged")
 	}
 }
+
+// childPIDs lists the children of pid (of every thread: the supervisor
+// starts its child from a locked thread that need not be the main one).
+func childPIDs(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// TestAgentRestartedBySupervisor: kill -9 of the compute agent itself (the
+// child of the supervisor that `strata up` starts with --restart-on-crash)
+// brings Postgres back without `strata up`, with the acknowledged rows;
+// kill -9 of the supervisor takes its agent down with it.
+func TestAgentRestartedBySupervisor(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT generate_series(1, 1000)")
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sup Proc
+	for _, p := range st.Procs {
+		if p.Name == "compute" {
+			sup = p
+		}
+	}
+	agents := childPIDs(sup.PID)
+	if len(agents) != 1 {
+		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
+	}
+	old := agents[0]
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var count string
+	for deadline := time.Now().Add(3 * time.Minute); count != "1000"; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Postgres not back 3 minutes after kill -9 of the agent (count %q); compute log:\n%s", count, tail(sup.Log, 4096))
+		}
+		if !sup.Alive() {
+			t.Fatalf("the supervisor exited after its agent was killed; compute log:\n%s", tail(sup.Log, 4096))
+		}
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		if conn, err := pgx.Connect(qctx, url); err == nil {
+			var n int64
+			if conn.QueryRow(qctx, "SELECT count(*) FROM t").Scan(&n) == nil {
+				count = strconv.FormatInt(n, 10)
+			}
+			conn.Close(context.Background())
+		}
+		qcancel()
+	}
+	agents = childPIDs(sup.PID)
+	if len(agents) != 1 || agents[0] == old {
+		t.Fatalf("after the restart the supervisor has children %v (killed agent %d)", agents, old)
+	}
+	t.Logf("agent %d killed; agent %d serves the 1000 rows %s later", old, agents[0], time.Since(t0).Round(time.Millisecond))
+	exec1(t, ctx, url, "INSERT INTO t VALUES (1001)")
+
+	// kill -9 of the supervisor: its agent dies too (parent-death signal).
+	if err := syscall.Kill(sup.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	agent := Proc{PID: agents[0]}
+	agent.StartTime, _ = procStartTime(agent.PID)
+	for deadline := time.Now().Add(30 * time.Second); agent.Alive(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %d still alive 30 s after kill -9 of its supervisor", agent.PID)
+		}
+	}
+	for i := 0; i < 300 && sup.Alive(); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1001 {
+		t.Fatalf("after up: %d rows, %v; want 1001", n, err)
+	}
+}

@@ -227,17 +227,18 @@ func TestAgentCrash(t *testing.T) {
 
 // TestLFCPartitions is acceptance 5 (STRATA_LONG_TESTS=1): a read-only
 // pgbench (-S) at 16 clients on data that fits the LFC but not the 16 MB
-// shared_buffers, with the LFC on one lock partition and on 64; the wait
-// report shows lfc_lock and the throughput of each. The same timeline is
-// served by one compute after the other.
+// shared_buffers, with the LFC on one lock partition and on 64, twice in
+// turn; the wait report shows lfc_lock and the throughput of each. The
+// same timeline is served by one compute after the other. One partition
+// must show more lfc_lock waits than 64 in each round.
 func TestLFCPartitions(t *testing.T) {
 	if !long() {
 		t.Skip("STRATA_LONG_TESTS=1 runs the LFC partition comparison")
 	}
 	r := startRig(t)
-	results := map[int]string{}
-	for i, parts := range []int{1, 64} {
-		cfg := r.agentConfig("parts-"+strconv.Itoa(parts), StrategyLFC)
+	var lockWaits [2]int64 // last round: one partition, 64
+	for i, parts := range []int{1, 64, 1, 64} {
+		cfg := r.agentConfig("parts-"+strconv.Itoa(parts)+"-"+strconv.Itoa(i), StrategyLFC)
 		cfg.Cache.MemoryBudget = 512 << 20
 		cfg.Cache.LFC.Partitions = parts
 		c := runAgent(t, cfg)
@@ -267,10 +268,12 @@ func TestLFCPartitions(t *testing.T) {
 			}
 		}
 		hits, misses := after.CacheHits-before.CacheHits, after.CacheMisses-before.CacheMisses
-		results[parts] = tps(out) + ", lfc_lock " + strconv.FormatInt(lock.Count, 10) + " waits / " + lock.Total.Round(time.Millisecond).String() +
-			", lfc_read " + strconv.FormatInt(read.Count, 10) + " / " + read.Total.Round(time.Millisecond).String() +
-			", LFC hits " + strconv.FormatUint(hits, 10) + " misses " + strconv.FormatUint(misses, 10)
-		t.Logf("partitions %d: %s", parts, results[parts])
+		t.Logf("round %d, partitions %d: %s, lfc_lock %d waits / %s, lfc_read %d / %s, LFC hits %d misses %d",
+			i/2+1, parts, tps(out), lock.Count, lock.Total.Round(time.Millisecond), read.Count, read.Total.Round(time.Millisecond), hits, misses)
+		lockWaits[i%2] = lock.Count
 		c.stop(t)
+		if i%2 == 1 && lockWaits[0] <= lockWaits[1] {
+			t.Errorf("round %d: one LFC partition had %d lfc_lock waits, 64 partitions %d: the single lock's contention does not show", i/2+1, lockWaits[0], lockWaits[1])
+		}
 	}
 }
