@@ -88,6 +88,13 @@ func Execute(ctx context.Context, opts Options) ([]*results.Run, error) {
 		r.targets[tc.Name] = t
 	}
 	sched := opts.Matrix.Schedule()
+	// A target's state (a whole strata cluster: tens of GB after a few
+	// TPROC-C runs) is removed after its last run, not at the end: a
+	// matrix of several targets would otherwise fill the disk.
+	lastUse := map[string]int{}
+	for i, run := range sched {
+		lastUse[run.Target.Name] = i
+	}
 	var out []*results.Run
 	for i, run := range sched {
 		if ctx.Err() != nil {
@@ -108,8 +115,28 @@ func Execute(ctx context.Context, opts Options) ([]*results.Run, error) {
 			}
 			opts.Log.Error().Err(err).Str("config", run.Label()).Msg("run failed")
 		}
+		if lastUse[run.Target.Name] == i {
+			r.retire(run.Target.Name)
+		}
 	}
 	return out, nil
+}
+
+// retire closes a target that no later run uses (Close removes its
+// state); closeAll skips it.
+func (r *Runner) retire(name string) {
+	t, ok := r.targets[name]
+	if !ok {
+		return
+	}
+	if r.active == t {
+		r.active = nil
+	}
+	delete(r.targets, name)
+	if err := t.Close(); err != nil {
+		r.opts.Log.Warn().Err(err).Str("target", name).Msg("close target")
+	}
+	r.opts.Log.Info().Str("target", name).Msg("target done: its state removed")
 }
 
 // Headline renders a run's main figures on one line.

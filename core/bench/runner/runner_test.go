@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratadb/strata/core/bench/matrix"
 	"github.com/stratadb/strata/core/bench/results"
+	"github.com/stratadb/strata/core/bench/target"
 	"github.com/stratadb/strata/internal/pgtest"
 )
 
@@ -171,3 +172,60 @@ repeats: 2
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// eventTarget records Start, Stop and Close; its URL leads nowhere, so its
+// runs fail at once (the runner goes on to the next run).
+type eventTarget struct {
+	name   string
+	events *[]string
+}
+
+func (e *eventTarget) Name() string { return e.name }
+func (e *eventTarget) Kind() string { return "events" }
+func (e *eventTarget) Start(context.Context) error {
+	*e.events = append(*e.events, "start "+e.name)
+	return nil
+}
+func (e *eventTarget) Stop(context.Context) error {
+	*e.events = append(*e.events, "stop "+e.name)
+	return nil
+}
+func (e *eventTarget) URL() string { return "postgres://nobody@127.0.0.1:1/postgres?connect_timeout=1" }
+func (e *eventTarget) Apply(context.Context, map[string]string) (bool, error) {
+	return false, nil
+}
+func (e *eventTarget) PIDs() []int        { return nil }
+func (e *eventTarget) MetricsURL() string { return "" }
+func (e *eventTarget) Close() error {
+	*e.events = append(*e.events, "close "+e.name)
+	return nil
+}
+
+// TestTargetClosedAfterItsLastRun: a target's state is removed (Close)
+// once no later run needs it, before the next target starts, and only
+// once.
+func TestTargetClosedAfterItsLastRun(t *testing.T) {
+	m, err := matrix.Parse([]byte(`
+name: retire-test
+targets: [{name: a, kind: url, url: "postgres://x@127.0.0.1:1/postgres"}, {name: b, kind: url, url: "postgres://x@127.0.0.1:1/postgres"}]
+virtual_users: [1, 2]
+warehouses: 1
+rampup: 1s
+duration: 1s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	reg := target.Registry{"url": func(cfg target.Config, _ zerolog.Logger) (target.Target, error) {
+		return &eventTarget{name: cfg.Name, events: &events}, nil
+	}}
+	if _, err := Execute(context.Background(), Options{Matrix: m, Store: open(t), Registry: reg, Log: zerolog.Nop(), GitRev: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(events, ", ")
+	closeA, startB := strings.Index(got, "close a"), strings.Index(got, "start b")
+	if closeA < 0 || startB < 0 || closeA > startB || strings.Count(got, "close a") != 1 || strings.Count(got, "close b") != 1 {
+		t.Fatalf("events %q: want a closed once, before b starts, and b closed once", got)
+	}
+}
