@@ -78,6 +78,20 @@ func TestCPUDelta(t *testing.T) {
 	if len(c.TopOther) != 2 || c.TopOther[0].Comm != "gcc" {
 		t.Fatalf("top = %+v", c.TopOther)
 	}
+	// A backend that used 40 ticks before the window and 25 in it, then
+	// exited and was reaped: its 65 ticks moved into the postmaster's
+	// children time; only the 25 of the window count (plus the
+	// postmaster's own 5).
+	a = cpuSnap{total: 1000, idle: 500, cores: 2, procs: map[int]procStat{
+		100: {ppid: 1, comm: "postgres", ticks: 10},
+		102: {ppid: 100, comm: "postgres", ticks: 40},
+	}}
+	b = cpuSnap{total: 2000, idle: 1200, cores: 2, procs: map[int]procStat{
+		100: {ppid: 1, comm: "postgres", ticks: 10 + 5 + 65},
+	}}
+	if c := cpuDelta(a, b, []int{100}); !near(c.Target, 3) {
+		t.Fatalf("exited backend: cpu = %+v, want target 3%% (30 of 1000 ticks)", c)
+	}
 }
 
 // TestCollect runs the collector around a small write load on a real

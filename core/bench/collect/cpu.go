@@ -28,6 +28,9 @@ type Proc struct {
 	Pct  float64
 }
 
+// procStat is one process's CPU: ticks is its own time plus the time of
+// the children it has reaped (utime+stime+cutime+cstime), so that a
+// backend that exits during a window still counts, in its parent.
 type procStat struct {
 	ppid  int
 	comm  string
@@ -88,14 +91,18 @@ func readProc(pid int) (procStat, bool) {
 		return procStat{}, false
 	}
 	f := strings.Fields(s[close+1:])
-	// After the comm: state(0) ppid(1) ... utime(11) stime(12).
-	if len(f) < 13 {
+	// After the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13)
+	// cstime(14).
+	if len(f) < 15 {
 		return procStat{}, false
 	}
 	ppid, _ := strconv.Atoi(f[1])
-	ut, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return procStat{ppid: ppid, comm: s[open+1 : close], ticks: ut + st}, true
+	var ticks uint64
+	for _, i := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += uint64(max(v, 0))
+	}
+	return procStat{ppid: ppid, comm: s[open+1 : close], ticks: ticks}, true
 }
 
 // descends reports whether pid is one of roots or descends from one.
@@ -125,12 +132,24 @@ func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
 		roots[p] = true
 	}
 	self := map[int]bool{os.Getpid(): true}
+	// A process that exited during the window and was reaped by a parent
+	// still running moved all its time into that parent's children time:
+	// the part it had used before the window is taken off the parent.
+	before := map[int]uint64{}
+	for pid, p0 := range a.procs {
+		if _, alive := b.procs[pid]; !alive {
+			if _, ok := b.procs[p0.ppid]; ok {
+				before[p0.ppid] += p0.ticks
+			}
+		}
+	}
 	var others []Proc
 	for pid, p := range b.procs {
 		d := p.ticks
 		if p0, ok := a.procs[pid]; ok && p0.ticks <= d {
 			d -= p0.ticks
 		}
+		d -= min(d, before[pid])
 		if d == 0 {
 			continue
 		}
