@@ -151,7 +151,27 @@ type Compute struct {
 	// MiB, outside memory_budget). Pages it evicts are read back from the
 	// pageserver, rebuilt from WAL.
 	RedoStorePages int `mapstructure:"redo_store_pages"`
+	// PGWal says where pg_wal lives. It is scratch either way (the
+	// safekeepers make WAL durable and every start refills it):
+	//   tmpfs: a symbolic link out of the mount to a folder in /dev/shm,
+	//          so WAL writes, Postgres' WAL fsyncs and the walsenders'
+	//          reads cost no FUSE round trip and no disk flush; takes up
+	//          to max_wal_size (1 GB by default) of memory.
+	//   disk:  the same link, to the compute's scratch folder on disk
+	//          (Postgres' WAL fsyncs then flush that disk).
+	//   fuse:  a folder of the FUSE mount passing through to scratch
+	//          (every WAL write, fsync and walsender read crosses FUSE).
+	//   auto:  tmpfs when /dev/shm is a tmpfs with room, else disk (default).
+	PGWal string `mapstructure:"pg_wal"`
 }
+
+// compute.pg_wal values.
+const (
+	PGWalAuto  = "auto"
+	PGWalTmpfs = "tmpfs"
+	PGWalDisk  = "disk"
+	PGWalFUSE  = "fuse"
+)
 
 // ComputeCache is compute.cache.
 type ComputeCache struct {
@@ -194,6 +214,11 @@ func (c Compute) Validate() error {
 	budget, err := c.MemoryBudgetBytes()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("compute.memory_budget: %v", err))
+	}
+	switch c.PGWal {
+	case PGWalAuto, PGWalTmpfs, PGWalDisk, PGWalFUSE:
+	default:
+		errs = append(errs, fmt.Errorf("compute.pg_wal: %q: want auto, tmpfs, disk or fuse", c.PGWal))
 	}
 	switch c.Cache.Strategy {
 	case sharedbuffers.StrategyLFC, sharedbuffers.StrategySharedBuffers:
@@ -278,6 +303,7 @@ func Default() Config {
 			FullPageWrites: true,
 			MemoryBudget:   "512MB",
 			RedoStorePages: 16384,
+			PGWal:          PGWalAuto,
 			Cache: ComputeCache{
 				Strategy:      sharedbuffers.StrategyLFC,
 				LFC:           lfc.DefaultConfig(),

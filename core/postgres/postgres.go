@@ -53,6 +53,9 @@ type Server struct {
 	// commit LSN passes their WAL position, and an fsync would wait for
 	// safekeepers that cannot stream before Postgres runs).
 	NoSync bool
+	// WALDir, when set, is where initdb puts pg_wal (-X): pg_wal becomes
+	// a symbolic link to it.
+	WALDir string
 	Log    zerolog.Logger
 }
 
@@ -183,6 +186,9 @@ func (s *Server) InitDB(ctx context.Context, password string) error {
 		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"}
 	if s.NoSync {
 		args = append(args, "--no-sync")
+	}
+	if s.WALDir != "" {
+		args = append(args, "-X", s.WALDir)
 	}
 	cmd, err := s.command(ctx, "initdb", args...)
 	if err != nil {

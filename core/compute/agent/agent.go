@@ -107,6 +107,9 @@ type Config struct {
 	// (the pageserver rebuilds its pages from WAL) and FilesTimeline holds
 	// the non-relation files; relation page writes stay in a local page
 	// store of RedoStorePages pages (core/compute/redobackend).
+	// PGWal says where pg_wal lives: PGWalAuto (default), PGWalTmpfs,
+	// PGWalDisk or PGWalFUSE (pgwal.go).
+	PGWal         string
 	PageSource    string
 	FilesTimeline pg.TimelineID
 	// RedoStorePages bounds the local page store in redo mode (default
@@ -238,6 +241,7 @@ type Agent struct {
 	reg    *prometheus.Registry
 	ps     *client.Client
 	pgs    *postgres.Server
+	wal    walPlace // where pg_wal lives
 	sizing sharedbuffers.Sizing
 	waits  *cache.Waits // the LFC's waits (lock, read, write)
 	uid    int
@@ -307,6 +311,13 @@ func New(cfg Config) (*Agent, error) {
 			NoSync:    true,
 			Log:       cfg.Log,
 		},
+	}
+	if a.wal, err = cfg.placeWAL(); err != nil {
+		ps.Close()
+		return nil, err
+	}
+	if a.wal.link {
+		a.pgs.WALDir = a.wal.dir
 	}
 	if cfg.PageSource == PageSourceRedo {
 		a.rbMetrics = redobackend.NewMetrics(a.reg)
@@ -412,7 +423,13 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return a.stop()
+			err := a.stop()
+			if err == nil {
+				if rerr := a.wal.release(); rerr != nil {
+					a.log.Warn().Err(rerr).Str("folder", a.wal.own).Msg("removing the tmpfs pg_wal folder")
+				}
+			}
+			return err
 		case <-done:
 			a.log.Error().Err(a.exitError()).Str("log", a.LogFile()).Str("log_tail", a.pgs.Tail(1024)).Msg("postgres exited; restarting it from storage")
 			a.teardown(false)
@@ -491,8 +508,11 @@ func (a *Agent) start(ctx context.Context) error {
 	if rb != nil && !fresh {
 		rb.SetMaxPages(a.cfg.RedoStorePages)
 	}
-	walDir := filepath.Join(a.cfg.Scratch, "pg_wal")
+	walDir := a.wal.dir
 	if err := a.prepareScratch(); err != nil {
+		return err
+	}
+	if err := a.wal.prepare(a.cfg.Mountpoint, a.uid, a.gid); err != nil {
 		return err
 	}
 	src := WALSource{Safekeepers: a.cfg.Safekeepers, Archive: a.cfg.Archive, Prefix: a.cfg.ArchivePrefix}
@@ -504,7 +524,8 @@ func (a *Agent) start(ctx context.Context) error {
 			return fmt.Errorf("%w: a new cluster needs the superuser password for initdb", ErrConfig)
 		}
 		// initdb creates pg_wal and pg_wal/archive_status itself (mkdir,
-		// failing on EEXIST): start from nothing.
+		// failing on EEXIST; or, with -X, the folder it links to): start
+		// from nothing.
 		if err := os.RemoveAll(walDir); err != nil {
 			return err
 		}
@@ -552,7 +573,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
-		Backend: fsBackend, Cache: fc, WALScratch: walDir, UID: uint32(a.uid), GID: uint32(a.gid),
+		Backend: fsBackend, Cache: fc, WALScratch: walDir, WALLink: a.wal.link, UID: uint32(a.uid), GID: uint32(a.gid),
 		WALStart: e, SendOnlySync: true, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {

@@ -44,6 +44,13 @@ type Options struct {
 	// WALScratch is the local folder that pg_wal passes through to
 	// (required). It is created if missing.
 	WALScratch string
+	// WALLink makes pg_wal a symbolic link to WALScratch (an absolute
+	// path) instead of a folder of the mount: Postgres then writes and its
+	// walsenders read WAL with no FUSE round trip, and W is found by
+	// walking the WAL in WALScratch (walpos.Tracker.Follow). A new cluster
+	// needs initdb -X WALScratch, which makes the link (a mkdir of pg_wal
+	// is refused).
+	WALLink bool
 	// UID and GID own every file (the postgres OS user).
 	UID, GID uint32
 	// WALStart is the WAL position the compute starts from (the durable end
@@ -114,6 +121,12 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		started: time.Now(),
 		mnt:     mountpoint,
 	}
+	if opts.WALLink {
+		if !filepath.IsAbs(opts.WALScratch) {
+			return nil, fmt.Errorf("fusefs: WALScratch %q must be absolute for WALLink", opts.WALScratch)
+		}
+		f.wal.Follow(opts.WALScratch, opts.WALStart)
+	}
 	f.rootMode.Store(0o700)
 	f.sendOnly.Store(opts.SendOnlySync)
 	root := &dirNode{fsys: f, path: ""}
@@ -172,6 +185,7 @@ func (f *FS) Unmount() error {
 		}
 	}
 	f.server.Wait()
+	f.wal.Close()
 	return nil
 }
 
@@ -247,13 +261,23 @@ func (f *FS) load(ctx context.Context, root *dirNode) error {
 }
 
 // walRoot makes the pg_wal node: a loopback onto the scratch folder whose
-// file handles report every write to the W tracker.
+// file handles report every write to the W tracker, or (WALLink) a
+// symbolic link to the scratch folder.
 func (f *FS) walRoot(ctx context.Context, parent *fs.Inode) (*fs.Inode, error) {
 	if err := os.MkdirAll(f.opts.WALScratch, 0o700); err != nil {
 		return nil, err
 	}
 	if err := os.Chown(f.opts.WALScratch, int(f.opts.UID), int(f.opts.GID)); err != nil {
 		return nil, err
+	}
+	if f.opts.WALLink {
+		l := &fs.MemSymlink{Data: []byte(f.opts.WALScratch)}
+		l.Attr.Mode = syscall.S_IFLNK | 0o777
+		l.Attr.Size = uint64(len(l.Data))
+		l.Attr.Owner = fuse.Owner{Uid: f.opts.UID, Gid: f.opts.GID}
+		t := uint64(f.started.Unix())
+		l.Attr.Atime, l.Attr.Mtime, l.Attr.Ctime = t, t, t
+		return parent.NewPersistentInode(ctx, l, fs.StableAttr{Mode: syscall.S_IFLNK}), nil
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(f.opts.WALScratch, &st); err != nil {

@@ -31,6 +31,7 @@ type mountEnv struct {
 	root    string // postgres-owned folder holding the mountpoint and scratch
 	mnt     string
 	scratch string
+	walLink bool // pg_wal a link to scratch (Options.WALLink)
 	uid     uint32
 	gid     uint32
 }
@@ -68,7 +69,7 @@ func (e *mountEnv) mountAt(t testing.TB, be Backend, cache Cache, walStart pg.LS
 	t.Helper()
 	f, err := Mount(context.Background(), e.mnt, Options{
 		Backend: be, Cache: cache, WALScratch: e.scratch, UID: e.uid, GID: e.gid,
-		WALStart: walStart, Log: zerolog.Nop(),
+		WALStart: walStart, WALLink: e.walLink, Log: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)

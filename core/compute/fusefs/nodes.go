@@ -46,6 +46,7 @@ var (
 	_ fs.NodeRenamer   = (*dirNode)(nil)
 	_ fs.NodeFsyncer   = (*dirNode)(nil)
 	_ fs.NodeStatfser  = (*dirNode)(nil)
+	_ fs.NodeSymlinker = (*dirNode)(nil)
 )
 
 func (d *dirNode) perm() uint32 {
@@ -159,6 +160,10 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	if err := store.Mkdir(ctx, p, mode&0o7777, f.wal.Current()); err != nil {
 		return nil, f.fail("mkdir", p, err)
 	}
+	if p == "pg_wal" && f.opts.WALLink {
+		f.log.Error().Str("scratch", f.opts.WALScratch).Msg("mkdir pg_wal refused: pg_wal is a link to local scratch here (initdb needs -X)")
+		return nil, syscall.EPERM
+	}
 	if p == "pg_wal" {
 		ch, err := f.walRoot(ctx, d.EmbeddedInode())
 		if err != nil {
@@ -173,6 +178,36 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	n.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
 	return d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
+}
+
+// Symlink makes pg_wal (WALLink mode, for initdb -X): the only link the
+// mount holds. Postgres' other links (tablespaces in pg_tblspc) are not
+// supported.
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	f := d.fsys
+	p := join(d.getPath(), name)
+	if p != "pg_wal" || !f.opts.WALLink {
+		f.log.Error().Str("path", p).Str("target", target).Msg("symbolic links are not supported in PGDATA (tablespaces: no)")
+		return nil, syscall.EPERM
+	}
+	if filepath.Clean(target) != filepath.Clean(f.opts.WALScratch) {
+		f.log.Error().Str("target", target).Str("scratch", f.opts.WALScratch).Msg("pg_wal may only link to the mount's WAL scratch folder")
+		return nil, syscall.EPERM
+	}
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	// The folder's existence is durable (so the next mount makes the link
+	// again); its files are scratch.
+	if err := f.be.Mkdir(ctx, p, 0o700, f.wal.Current()); err != nil {
+		return nil, f.fail("symlink", p, err)
+	}
+	ch, err := f.walRoot(ctx, d.EmbeddedInode())
+	if err != nil {
+		return nil, f.fail("symlink", p, err)
+	}
+	out.Attr = ch.Operations().(*fs.MemSymlink).Attr
+	return ch, 0
 }
 
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -193,6 +228,8 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		n.removed = true
 		return 0
+	case *fs.MemSymlink:
+		return syscall.EBUSY // pg_wal stays
 	}
 	return syscall.EISDIR
 }

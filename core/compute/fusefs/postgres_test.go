@@ -27,7 +27,18 @@ const checkSQL = `SELECT (SELECT count(*) FROM pgbench_accounts)::text || ' ' ||
 func TestPostgresOnMount(t *testing.T) {
 	mem := NewMemory()
 	chk := &lsnChecker{Backend: mem}
-	postgresOnMount(t, chk, mem.MaxW)
+	postgresOnMount(t, chk, mem.MaxW, false)
+	chk.check(t)
+}
+
+// TestPostgresOnMountWALLink is the same run with pg_wal a link out of the
+// mount to local scratch (initdb -X): WAL never crosses FUSE, and W comes
+// from walking the WAL in scratch. Every write must still be tagged at or
+// above the page's LSN, and W must reach the WAL Postgres wrote.
+func TestPostgresOnMountWALLink(t *testing.T) {
+	mem := NewMemory()
+	chk := &lsnChecker{Backend: mem}
+	postgresOnMount(t, chk, mem.MaxW, true)
 	chk.check(t)
 }
 
@@ -41,17 +52,22 @@ func TestPostgresOnMountLocalDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	postgresOnMount(t, be, nil)
+	postgresOnMount(t, be, nil, false)
 }
 
-func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
+func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN, walLink bool) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
 	e := newEnv(t)
+	e.walLink = walLink
 	fsys := e.mount(t, be, NewMemCache(4096))
 	t0 := time.Now()
-	cmd, err := pgtest.Command("initdb", "-D", e.mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust")
+	args := []string{"-D", e.mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust"}
+	if walLink {
+		args = append(args, "-X", e.scratch)
+	}
+	cmd, err := pgtest.Command("initdb", args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +134,38 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN) {
 		fsys.WAL().Current())
 	if maxW != nil && (maxW() == 0 || maxW() > fsys.WAL().Current()) {
 		t.Fatalf("writes tagged with W %v; WAL position %v", maxW(), fsys.WAL().Current())
+	}
+	if walLink {
+		if target, err := os.Readlink(filepath.Join(e.mnt, "pg_wal")); err != nil || target != e.scratch {
+			t.Fatalf("pg_wal links to %q (%v), want %q", target, err, e.scratch)
+		}
+		if n := fsys.Waits().Count(OpWrite, relpath.KindWAL); n != 0 {
+			t.Fatalf("%d WAL writes crossed FUSE with pg_wal a link", n)
+		}
+		// W reached the end of the WAL Postgres wrote: past its shutdown
+		// checkpoint record.
+		cmd, err := pgtest.Command("pg_controldata", "-D", e.mnt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("pg_controldata: %v\n%s", err, out)
+		}
+		var ckpt pg.LSN
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, "Latest checkpoint location:"); ok {
+				if ckpt, err = pg.ParseLSN(strings.TrimSpace(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if ckpt == 0 || fsys.WAL().Current() <= ckpt {
+			t.Fatalf("W %v is not past the shutdown checkpoint at %v", fsys.WAL().Current(), ckpt)
+		}
+		if err := fsys.WAL().FollowErr(); err != nil {
+			t.Fatalf("following pg_wal: %v", err)
+		}
 	}
 	if err := fsys.Unmount(); err != nil {
 		t.Fatal(err)

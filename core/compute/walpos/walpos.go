@@ -85,6 +85,7 @@ func Position(name string, off, n int64, segSize uint64) (pg.LSN, bool) {
 type Tracker struct {
 	segSize uint64
 	pos     atomic.Uint64
+	follow  *Follower // set by Follow: Current walks the folder first
 }
 
 // New returns a tracker for WAL segments of segSize bytes, starting at start
@@ -119,5 +120,12 @@ func (t *Tracker) Advance(l pg.LSN) {
 	}
 }
 
-// Current returns W: the highest WAL position written so far.
-func (t *Tracker) Current() pg.LSN { return pg.LSN(t.pos.Load()) }
+// Current returns W: the highest WAL position written so far. A tracker
+// that follows a folder (Follow) reads the WAL written since the last call
+// first.
+func (t *Tracker) Current() pg.LSN {
+	if t.follow != nil {
+		t.Advance(t.follow.walk())
+	}
+	return pg.LSN(t.pos.Load())
+}

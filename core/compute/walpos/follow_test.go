@@ -1,0 +1,139 @@
+package walpos
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestFollowerOnRealWAL replays initdb's WAL into a folder the way
+// Postgres writes it (whole pages, zero-padded past a record end, over a
+// recycled segment) and checks that W, read by walking the folder, is
+// exactly the last record end written after each write, and never past
+// it while a write is only half there.
+func TestFollowerOnRealWAL(t *testing.T) {
+	seg, segStart, recs := realWAL(t)
+	var ends []pg.LSN
+	for _, r := range recs {
+		ends = append(ends, r.end(pg.WALSegmentSize))
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	isEnd := map[pg.LSN]bool{}
+	for _, e := range ends {
+		isEnd[e] = true
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "000000010000000000000001")
+	// A recycled segment: WAL-looking pages that name other LSNs, with
+	// garbage after their headers.
+	rng := rand.New(rand.NewPCG(7, 8))
+	old := make([]byte, len(seg))
+	for i := range old {
+		old[i] = byte(rng.Uint32())
+	}
+	for p := 0; p < len(old); p += PageSize {
+		copy(old[p:], seg[p:p+shortHeaderSize])
+		binary.LittleEndian.PutUint64(old[p+8:], uint64(segStart)+uint64(p)+3*pg.WALSegmentSize)
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A file of the next segment that is not written yet (recycled too).
+	if err := os.WriteFile(filepath.Join(dir, "000000010000000000000002"), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+
+	tr := New(pg.WALSegmentSize, segStart)
+	tr.Follow(dir, segStart)
+	defer tr.Close()
+	if got := tr.Current(); got != segStart {
+		t.Fatalf("W before any write = %s, want %s", got, segStart)
+	}
+	written, w := 0, segStart // bytes of seg written; W so far
+	torn := 0
+	for i := 0; i < len(ends); {
+		i = min(len(ends)-1, i+1+rng.IntN(20))
+		e := ends[i]
+		off := int(uint64(e) - uint64(segStart))
+		first, last := written/PageSize, (off-1)/PageSize
+		buf := bytes.Clone(seg[first*PageSize : (last+1)*PageSize])
+		clear(buf[off-first*PageSize:]) // Postgres' WAL buffers are zero past the insert position
+		if rng.IntN(3) == 0 {
+			// Half a write: W stays a record end between the old W and e.
+			k := rng.IntN(len(buf))
+			if _, err := fh.WriteAt(buf[:k], int64(first*PageSize)); err != nil {
+				t.Fatal(err)
+			}
+			got := tr.Current()
+			if got < w || got > e || (got != w && !isEnd[got]) {
+				t.Fatalf("half a write up to %s: W = %s (was %s)", e, got, w)
+			}
+			w = got
+			torn++
+		}
+		if _, err := fh.WriteAt(buf, int64(first*PageSize)); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Current(); got != e {
+			t.Fatalf("after writing WAL up to %s: W = %s", e, got)
+		}
+		w, written = e, off
+		if i == len(ends)-1 {
+			break
+		}
+	}
+	if err := tr.FollowErr(); err != nil {
+		t.Fatalf("FollowErr = %v", err)
+	}
+	t.Logf("%d records, W reached %s, %d half writes", len(ends), w, torn)
+}
+
+// TestFollowerMissingFolder: a follower whose folder is gone keeps W and
+// says why.
+func TestFollowerMissingFolder(t *testing.T) {
+	tr := New(pg.WALSegmentSize, 0x1000028)
+	tr.Follow(filepath.Join(t.TempDir(), "gone"), 0x1000028)
+	if got := tr.Current(); got != 0x1000028 {
+		t.Fatalf("W = %s", got)
+	}
+	if tr.FollowErr() == nil {
+		t.Fatal("no error for a missing folder")
+	}
+}
+
+// TestFollowerNewCluster: a follower started at 0 (a new cluster) finds the
+// first segment once initdb makes it.
+func TestFollowerNewCluster(t *testing.T) {
+	seg, segStart, _ := realWAL(t)
+	dir := filepath.Join(t.TempDir(), "pg_wal")
+	tr := New(pg.WALSegmentSize, 0)
+	tr.Follow(dir, 0)
+	defer tr.Close()
+	if got := tr.Current(); got != 0 {
+		t.Fatalf("W before initdb = %s", got)
+	}
+	if err := tr.FollowErr(); err != nil {
+		t.Fatalf("FollowErr before initdb = %v", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "000000010000000000000001"), seg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Current(); got <= segStart {
+		t.Fatalf("W after initdb = %s", got)
+	}
+}
