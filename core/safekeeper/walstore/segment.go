@@ -18,7 +18,14 @@ import (
 // BlockSize is the unit the store checksums: one WAL page (XLOG_BLCKSZ).
 const BlockSize = 8192
 
-const entrySize = 8 // per block in a checksum file: length (4) | CRC-32C (4)
+// entrySize is the size of one block's entry in a checksum file: the
+// block's length (4) and CRC-32C (4), then the length and CRC-32C the block
+// had after the flush before (4 + 4), the torn-write witness (see recover).
+const entrySize = 16
+
+// oldEntrySize is the entry of the first checksum file format (length and
+// CRC-32C only); such files are converted when their segment is opened.
+const oldEntrySize = 8
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -52,6 +59,12 @@ type blockEntry struct {
 	crc uint32
 }
 
+// diskEntry is a block's entry as stored: its current state and its state
+// after the flush before the one that wrote it (equal once settled).
+type diskEntry struct {
+	cur, prev blockEntry
+}
+
 // segment is one open WAL segment: its data file, its checksum file and the
 // in-memory copy of the checksum entries (authoritative for written bytes,
 // ahead of the file for bytes not yet flushed).
@@ -60,8 +73,14 @@ type segment struct {
 	data    *os.File
 	side    *os.File
 	entries []blockEntry
+	// durable holds each block's entry as of the last completed flush: the
+	// prev half of the entries the next flush writes.
+	durable []blockEntry
 	dirtyLo int // first block whose entry changed since the last flush, or -1
 	dirtyHi int
+	// lastLo..lastHi: blocks the last completed flush wrote with prev !=
+	// cur; the next flush settles them (prev = cur). -1: none.
+	lastLo, lastHi int
 }
 
 func (s *Store) segPaths(no uint64) (data, side string) {
@@ -89,14 +108,17 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 		data.Close()
 		return nil, fmt.Errorf("walstore: open checksums: %w", err)
 	}
-	seg := &segment{no: no, data: data, side: side, dirtyLo: -1}
+	seg := &segment{no: no, data: data, side: side, dirtyLo: -1, lastLo: -1, lastHi: -1}
 	nblocks := int(s.segSize / BlockSize)
 	if create {
 		if err := preallocate(data, int64(s.segSize)); err != nil {
 			seg.close()
 			return nil, err
 		}
-		if err := preallocate(side, int64(nblocks*entrySize)); err != nil {
+		// Written zeros, not fallocate: an entry overwrite must need no
+		// metadata, so that it is durable once written to the device and a
+		// cache flush follows (see Flush).
+		if err := zeroFill(side, int64(nblocks*entrySize)); err != nil {
 			seg.close()
 			return nil, err
 		}
@@ -115,13 +137,94 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 			}
 		}
 	}
-	seg.entries, err = readEntries(side, nblocks)
+	if !create {
+		nside, err := s.convertEntries(side, nblocks)
+		if err != nil {
+			seg.close()
+			return nil, err
+		}
+		if nside != side {
+			side.Close()
+			side, seg.side = nside, nside
+		}
+	}
+	ents, err := readEntries(side, nblocks)
 	if err != nil {
 		seg.close()
 		return nil, err
 	}
+	seg.entries = make([]blockEntry, nblocks)
+	for i, e := range ents {
+		seg.entries[i] = e.cur
+	}
+	seg.durable = append([]blockEntry(nil), seg.entries...)
 	s.segs[no] = seg
 	return seg, nil
+}
+
+// zeroFill makes f size bytes of written zeros (unless it is that long).
+func zeroFill(f *os.File, size int64) error {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if st.Size() >= size {
+		return nil
+	}
+	if _, err := f.WriteAt(make([]byte, size-st.Size()), st.Size()); err != nil {
+		return fmt.Errorf("walstore: size %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// convertEntries rewrites a checksum file of the first format (8-byte
+// entries) in the current one, settled (prev = cur): a new file written
+// beside it, synced, renamed over it. It returns the file to use: side, or
+// the converted file.
+func (s *Store) convertEntries(side *os.File, nblocks int) (*os.File, error) {
+	st, err := side.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("walstore: %w", err)
+	}
+	if st.Size() != int64(nblocks*oldEntrySize) {
+		return side, nil
+	}
+	old := make([]byte, st.Size())
+	if _, err := side.ReadAt(old, 0); err != nil {
+		return nil, fmt.Errorf("walstore: read checksums: %w", err)
+	}
+	ents := make([]diskEntry, nblocks)
+	for i := range ents {
+		b := old[i*oldEntrySize:]
+		e := blockEntry{n: binary.BigEndian.Uint32(b), crc: binary.BigEndian.Uint32(b[4:])}
+		ents[i] = diskEntry{cur: e, prev: e}
+	}
+	tmp := side.Name() + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("walstore: convert checksums: %w", err)
+	}
+	err = writeEntries(f, 0, ents)
+	if err == nil && !s.opts.NoSync {
+		err = f.Sync()
+	}
+	f.Close()
+	if err == nil {
+		err = os.Rename(tmp, side.Name())
+	}
+	if err == nil && !s.opts.NoSync {
+		err = syncDir(filepath.Dir(side.Name()))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("walstore: convert checksums of %s: %w", side.Name(), err)
+	}
+	nf, err := os.OpenFile(side.Name(), os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("walstore: %w", err)
+	}
+	s.opts.Logger.Info().Str("file", side.Name()).Msg("walstore: checksum file converted to the current format")
+	return nf, nil
 }
 
 func preallocate(f *os.File, size int64) error {
@@ -142,30 +245,44 @@ func preallocate(f *os.File, size int64) error {
 	return nil
 }
 
-func readEntries(side *os.File, nblocks int) ([]blockEntry, error) {
+func readEntries(side *os.File, nblocks int) ([]diskEntry, error) {
 	buf := make([]byte, nblocks*entrySize)
 	n, err := side.ReadAt(buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("walstore: read checksums: %w", err)
 	}
 	buf = buf[:n]
-	ents := make([]blockEntry, nblocks)
+	ents := make([]diskEntry, nblocks)
 	for i := range ents {
 		if (i+1)*entrySize > len(buf) {
 			break
 		}
 		b := buf[i*entrySize:]
-		ents[i] = blockEntry{n: binary.BigEndian.Uint32(b), crc: binary.BigEndian.Uint32(b[4:])}
+		ents[i] = diskEntry{
+			cur:  blockEntry{n: binary.BigEndian.Uint32(b), crc: binary.BigEndian.Uint32(b[4:])},
+			prev: blockEntry{n: binary.BigEndian.Uint32(b[8:]), crc: binary.BigEndian.Uint32(b[12:])},
+		}
 	}
 	return ents, nil
 }
 
+// settled returns ents as settled disk entries (prev = cur).
+func settled(ents []blockEntry) []diskEntry {
+	out := make([]diskEntry, len(ents))
+	for i, e := range ents {
+		out[i] = diskEntry{cur: e, prev: e}
+	}
+	return out
+}
+
 // writeEntries writes entries ents starting at block lo to the checksum file.
-func writeEntries(side *os.File, lo int, ents []blockEntry) error {
+func writeEntries(side *os.File, lo int, ents []diskEntry) error {
 	buf := make([]byte, 0, len(ents)*entrySize)
 	for _, e := range ents {
-		buf = binary.BigEndian.AppendUint32(buf, e.n)
-		buf = binary.BigEndian.AppendUint32(buf, e.crc)
+		buf = binary.BigEndian.AppendUint32(buf, e.cur.n)
+		buf = binary.BigEndian.AppendUint32(buf, e.cur.crc)
+		buf = binary.BigEndian.AppendUint32(buf, e.prev.n)
+		buf = binary.BigEndian.AppendUint32(buf, e.prev.crc)
 	}
 	if _, err := side.WriteAt(buf, int64(lo*entrySize)); err != nil {
 		return fmt.Errorf("walstore: write checksums: %w", err)
@@ -189,6 +306,20 @@ func (seg *segment) close() {
 	if seg.side != nil {
 		seg.side.Close()
 	}
+}
+
+// writeOut starts writeback of f's dirty pages in [off, off+n) and waits for
+// it, without a device cache flush: the fdatasync that follows flushes the
+// cache, and with it these pages (see Flush).
+func writeOut(f *os.File, off, n int64) error {
+	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+	if err := unix.SyncFileRange(int(f.Fd()), off, n, flags); err != nil {
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ESPIPE) {
+			return datasync(f) // no sync_file_range here: a full sync instead
+		}
+		return fmt.Errorf("walstore: sync_file_range %s: %w", f.Name(), err)
+	}
+	return nil
 }
 
 func datasync(f *os.File) error {

@@ -5,12 +5,21 @@
 //
 // Durability protocol. Write appends bytes (page cache only); Flush makes
 // everything written so far durable and returns the new flush LSN. Many
-// Writes share one Flush (group commit). Flush first fdatasyncs the segment
-// files, then writes and fdatasyncs the checksum entries, so every entry on
-// disk describes bytes that are already durable. At Open, the store extends
-// the control file's flush LSN through every block whose entry matches its
-// bytes, which recovers the exact durable end after a crash; a mismatch below
-// the control file's flush LSN is corruption, never a torn write.
+// Writes share one Flush (group commit). Flush costs one device cache flush:
+// it writes the checksum entries and writes them out to the device
+// (sync_file_range), then fdatasyncs the segment files, whose cache flush
+// makes entries and bytes durable together. Each entry holds its block's
+// length and CRC-32C and the length and CRC-32C the block had after the
+// flush before (prev); the next flush settles it (prev = cur).
+//
+// At Open, the store extends the control file's flush LSN through every
+// block whose entry matches its bytes, which recovers the exact durable end
+// after a crash. A block that does not match is the torn tail of the last,
+// unacknowledged flush when its entry is unsettled, its bytes match prev,
+// no later block is settled and a sector past prev reads as zeros (bytes
+// past the durable end are kept zero): the WAL then ends where prev ends. Any
+// other mismatch is corruption (and a mismatch below the control file's
+// flush LSN always is).
 //
 // Reads verify the checksums of every block they return and fail with
 // ErrCorrupt on a mismatch; Repair rewrites such a block from another copy
@@ -164,9 +173,19 @@ func (s *Store) recover() error {
 			return err
 		}
 		if !ok {
-			// Entries reach the disk only after the bytes they describe
-			// (see Flush), so a mismatch is corruption, not a torn write,
-			// wherever it is.
+			torn, prevEnd, err := s.tornTail(seg, p, mustHold)
+			if err != nil {
+				return err
+			}
+			if torn {
+				// The last flush was cut by the crash: its entry reached the
+				// disk, some of its bytes did not. It was never
+				// acknowledged; the block ends where the flush before left it.
+				s.opts.Logger.Warn().Str("block", p.String()).Str("end", prevEnd.String()).
+					Msg("walstore: torn tail of an unacknowledged flush; WAL ends before it")
+				end = max(end, prevEnd)
+				break
+			}
 			s.corrupt[p] = true
 			s.opts.Logger.Error().Str("block", p.String()).Str("segment", SegmentName(s.ctl.Timeline, seg.no, s.segSize)).
 				Msg("walstore: WAL block does not match its checksum; it will not be served until repaired")
@@ -197,8 +216,111 @@ func (s *Store) recover() error {
 	return nil
 }
 
+// tornTail reports whether the block at p, whose bytes do not match its
+// entry, is the torn tail of the last flush (cut by a crash: the entry on
+// disk, some bytes not) rather than corruption, and if so where the block
+// ended after the flush before. It is torn only when all of these hold:
+//   - its entry was written by the last flush (prev differs from cur: a
+//     flush settles the entries of the one before it);
+//   - the bytes match prev, the state the flush before made durable;
+//   - prev holds at least what the control file says is durable;
+//   - no later block of the segment has a settled, non-empty entry (the
+//     flush that would have settled it ran after this one completed);
+//   - some sector of the block past prev reads as zeros: bytes past the
+//     durable end are zeros on disk (segments are created zeroed, and
+//     recovery and truncation zero what lies past the end), so a sector the
+//     flush did not get to disk reads as zeros, while a flipped bit in a
+//     written sector does not.
+// It also rewrites the block's entry to prev, so that new bytes continue
+// from there. REQUIRES: s.mu held.
+func (s *Store) tornTail(seg *segment, p pg.LSN, mustHold uint32) (bool, pg.LSN, error) {
+	ents, err := readEntries(seg.side, len(seg.entries))
+	if err != nil {
+		return false, 0, err
+	}
+	blk := int(uint64(p) % s.segSize / BlockSize)
+	e := ents[blk]
+	if e.prev == e.cur || e.prev.n > e.cur.n || e.prev.n < mustHold {
+		return false, 0, nil
+	}
+	ok, err := s.verifyBlock(seg, p, e.prev)
+	if err != nil || !ok {
+		return false, 0, err
+	}
+	for _, later := range ents[blk+1:] {
+		if later.cur.n > 0 && later.prev == later.cur {
+			return false, 0, nil
+		}
+	}
+	if lost, err := s.zeroSectorAfter(seg, p, e.prev.n, e.cur.n); err != nil || !lost {
+		return false, 0, err
+	}
+	seg.entries[blk], seg.durable[blk] = e.prev, e.prev
+	if err := writeEntries(seg.side, blk, settled(seg.entries[blk:blk+1])); err != nil {
+		return false, 0, err
+	}
+	if !s.opts.NoSync {
+		if err := datasync(seg.side); err != nil {
+			return false, 0, err
+		}
+	}
+	return true, p + pg.LSN(e.prev.n), nil
+}
+
+// sectorSize is the unit a torn write loses: a disk writes 512-byte
+// sectors whole.
+const sectorSize = 512
+
+// zeroSectorAfter reports whether, in the block at p, the part of some
+// sector between byte from and byte to of the block reads as zeros.
+func (s *Store) zeroSectorAfter(seg *segment, p pg.LSN, from, to uint32) (bool, error) {
+	buf := make([]byte, to)
+	if _, err := seg.data.ReadAt(buf, int64(uint64(p)%s.segSize)); err != nil {
+		return false, fmt.Errorf("walstore: read %s: %w", seg.data.Name(), err)
+	}
+	for sec := from / sectorSize * sectorSize; sec < to; sec += sectorSize {
+		lo, hi := max(sec, from), min(sec+sectorSize, to)
+		if allZero(buf[lo:hi]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// zeroTail zeroes the bytes of seg from offset off to its end, if any is
+// not zero (bytes written but never made durable by a flush), so that a
+// sector a later flush does not get to disk reads as zeros (tornTail).
+// REQUIRES: s.mu held.
+func (s *Store) zeroTail(seg *segment, off uint64) error {
+	buf := make([]byte, s.segSize-off)
+	if _, err := seg.data.ReadAt(buf, int64(off)); err != nil {
+		return fmt.Errorf("walstore: read %s: %w", seg.data.Name(), err)
+	}
+	if allZero(buf) {
+		return nil
+	}
+	clear(buf)
+	if _, err := seg.data.WriteAt(buf, int64(off)); err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if !s.opts.NoSync {
+		return datasync(seg.data)
+	}
+	return nil
+}
+
 // clearAfter zeroes the checksum entries of blocks after the one holding end
-// in end's segment and removes later segments. REQUIRES: s.mu held.
+// in end's segment and the segment's bytes after end, and removes later
+// segments. REQUIRES: s.mu held.
 func (s *Store) clearAfter(end pg.LSN) error {
 	no := uint64(end) / s.segSize
 	seg, err := s.openSegment(no, false)
@@ -216,7 +338,13 @@ func (s *Store) clearAfter(end pg.LSN) error {
 		}
 		if zero != nil {
 			copy(seg.entries[blk+1:], zero)
-			if err := writeEntries(seg.side, blk+1, zero); err != nil {
+			copy(seg.durable[blk+1:], zero)
+			if seg.lastLo > blk {
+				seg.lastLo, seg.lastHi = -1, -1
+			} else if seg.lastLo >= 0 {
+				seg.lastHi = min(seg.lastHi, blk)
+			}
+			if err := writeEntries(seg.side, blk+1, settled(zero)); err != nil {
 				return err
 			}
 			if !s.opts.NoSync {
@@ -224,6 +352,9 @@ func (s *Store) clearAfter(end pg.LSN) error {
 					return err
 				}
 			}
+		}
+		if err := s.zeroTail(seg, uint64(end)%s.segSize); err != nil {
+			return err
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -366,13 +497,25 @@ func (s *Store) Write(lsn pg.LSN, data []byte) error {
 }
 
 type pendingEntries struct {
-	seg  *segment
-	lo   int
-	ents []blockEntry
+	seg    *segment
+	lo     int
+	ents   []diskEntry
+	dirty  bool // the range holds blocks written since the last flush
+	dLo    int  // the dirty blocks: dLo..dHi (when dirty)
+	dHi    int
+	synced []blockEntry // cur of ents: the segment's durable entries once done
 }
 
 // Flush makes all bytes written so far durable and returns the new flush
 // LSN. Writes may continue while it runs; they join the next Flush.
+//
+// One device cache flush per Flush: the checksum entries are written and
+// written out to the device first (sync_file_range, no cache flush), then
+// fdatasync of the segment files flushes the device cache, which makes the
+// entries durable together with the bytes. A crash in between can leave an
+// entry on disk that describes bytes that are not: each entry therefore
+// also holds the block's state after the flush before, and recover tells
+// such a torn tail from corruption with it.
 func (s *Store) Flush() (pg.LSN, error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -388,11 +531,26 @@ func (s *Store) Flush() (pg.LSN, error) {
 	}
 	var pend []pendingEntries
 	for _, seg := range s.segs {
-		if seg.dirtyLo < 0 {
+		if seg.dirtyLo < 0 && seg.lastLo < 0 {
 			continue
 		}
-		pend = append(pend, pendingEntries{seg: seg, lo: seg.dirtyLo,
-			ents: append([]blockEntry(nil), seg.entries[seg.dirtyLo:seg.dirtyHi+1]...)})
+		p := pendingEntries{seg: seg, dirty: seg.dirtyLo >= 0, dLo: seg.dirtyLo, dHi: seg.dirtyHi}
+		lo, hi := seg.dirtyLo, seg.dirtyHi
+		if seg.lastLo >= 0 {
+			// Settle the blocks of the last flush: it completed.
+			if lo < 0 {
+				lo, hi = seg.lastLo, seg.lastHi
+			} else {
+				lo, hi = min(lo, seg.lastLo), max(hi, seg.lastHi)
+			}
+		}
+		p.lo = lo
+		p.synced = append([]blockEntry(nil), seg.entries[lo:hi+1]...)
+		p.ents = make([]diskEntry, hi-lo+1)
+		for i := range p.ents {
+			p.ents[i] = diskEntry{cur: seg.entries[lo+i], prev: seg.durable[lo+i]}
+		}
+		pend = append(pend, p)
 		seg.dirtyLo = -1
 	}
 	s.mu.Unlock()
@@ -404,18 +562,13 @@ func (s *Store) Flush() (pg.LSN, error) {
 		// later Flush retries them.
 		s.mu.Lock()
 		for _, p := range pend {
-			p.seg.markDirty(p.lo)
-			p.seg.markDirty(p.lo + len(p.ents) - 1)
+			if p.dirty {
+				p.seg.markDirty(p.dLo)
+				p.seg.markDirty(p.dHi)
+			}
 		}
 		s.mu.Unlock()
 		return 0, err
-	}
-	if !s.opts.NoSync {
-		for _, p := range pend {
-			if err := datasync(p.seg.data); err != nil {
-				return fail(err)
-			}
-		}
 	}
 	for _, p := range pend {
 		if err := writeEntries(p.seg.side, p.lo, p.ents); err != nil {
@@ -424,7 +577,15 @@ func (s *Store) Flush() (pg.LSN, error) {
 	}
 	if !s.opts.NoSync {
 		for _, p := range pend {
-			if err := datasync(p.seg.side); err != nil {
+			if err := writeOut(p.seg.side, int64(p.lo*entrySize), int64(len(p.ents)*entrySize)); err != nil {
+				return fail(err)
+			}
+		}
+		for _, p := range pend {
+			if !p.dirty {
+				continue
+			}
+			if err := datasync(p.seg.data); err != nil {
 				return fail(err)
 			}
 		}
@@ -435,9 +596,17 @@ func (s *Store) Flush() (pg.LSN, error) {
 
 	s.mu.Lock()
 	s.flushLSN = target
-	// Close segments that are full and flushed; they are reopened on demand.
+	for _, p := range pend {
+		copy(p.seg.durable[p.lo:], p.synced)
+		p.seg.lastLo, p.seg.lastHi = -1, -1
+		if p.dirty {
+			p.seg.lastLo, p.seg.lastHi = p.dLo, p.dHi
+		}
+	}
+	// Close segments that are full, flushed and settled; they are reopened
+	// on demand.
 	for no, seg := range s.segs {
-		if (no+1)*s.segSize <= uint64(target) && seg.dirtyLo < 0 {
+		if (no+1)*s.segSize <= uint64(target) && seg.dirtyLo < 0 && seg.lastLo < 0 {
 			seg.close()
 			delete(s.segs, no)
 		}
@@ -689,8 +858,14 @@ func (s *Store) truncateTailLocked(lsn pg.LSN) error {
 		return fmt.Errorf("walstore: %w", err)
 	}
 	seg.entries[blk] = blockEntry{n: uint32(in), crc: crc32.Checksum(buf, castagnoli)}
-	if err := writeEntries(seg.side, blk, seg.entries[blk:blk+1]); err != nil {
+	seg.durable[blk] = seg.entries[blk]
+	if err := writeEntries(seg.side, blk, settled(seg.entries[blk:blk+1])); err != nil {
 		return err
+	}
+	if seg.lastLo >= blk {
+		seg.lastLo, seg.lastHi = -1, -1
+	} else if seg.lastLo >= 0 {
+		seg.lastHi = min(seg.lastHi, blk-1)
 	}
 	if seg.dirtyLo >= blk {
 		seg.dirtyLo = -1
