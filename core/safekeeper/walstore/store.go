@@ -231,6 +231,7 @@ func (s *Store) recover() error {
 //     recovery and truncation zero what lies past the end), so a sector the
 //     flush did not get to disk reads as zeros, while a flipped bit in a
 //     written sector does not.
+//
 // It also rewrites the block's entry to prev, so that new bytes continue
 // from there. REQUIRES: s.mu held.
 func (s *Store) tornTail(seg *segment, p pg.LSN, mustHold uint32) (bool, pg.LSN, error) {
