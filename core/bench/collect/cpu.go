@@ -1,11 +1,13 @@
 package collect
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CPU is where the machine's CPU went during a window, in percent of the
@@ -172,4 +174,16 @@ func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
 	}
 	out.TopOther = others
 	return out
+}
+
+// TargetCPU measures, over d, the share of the machine (all cores = 100)
+// that the processes pids and their descendants use.
+func TargetCPU(ctx context.Context, pids []int, d time.Duration) (float64, error) {
+	a := readCPU()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	return cpuDelta(a, readCPU(), pids).Target, nil
 }

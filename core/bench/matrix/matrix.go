@@ -83,8 +83,24 @@ type Matrix struct {
 	// CheckpointBeforeWindow runs CHECKPOINT at the end of ramp-up, so the
 	// window starts right after a checkpoint (FPIs as after a checkpoint).
 	CheckpointBeforeWindow bool `yaml:"checkpoint_before_window"`
+	// Settle, when set, waits after each run's database clone until the
+	// target's own processes are quiet (SettleQuietPct of the machine for
+	// two seconds in a row), at most this long, before the run starts: a
+	// strata pageserver turns a clone into image layers and uploads them,
+	// background work that would otherwise run into the window.
+	Settle string `yaml:"settle"`
 	// Verify runs the TPC-C consistency checks after each run (default true).
 	Verify *bool `yaml:"verify"`
+}
+
+// SettleQuietPct is the share of the machine (all cores = 100) under which
+// a target counts as quiet for Settle.
+const SettleQuietPct = 5
+
+// SettleMax returns Settle as a duration (0 when unset).
+func (m *Matrix) SettleMax() time.Duration {
+	d, _ := time.ParseDuration(m.Settle)
+	return d
 }
 
 // Config is one configuration: everything but the repeat number.
@@ -230,6 +246,11 @@ func (m *Matrix) defaults() error {
 	for _, s := range []string{m.Duration, m.Rampup, m.P95Limit} {
 		if _, err := time.ParseDuration(s); err != nil {
 			return bad("%v", err)
+		}
+	}
+	if m.Settle != "" {
+		if d, err := time.ParseDuration(m.Settle); err != nil || d < 0 {
+			return bad("settle: %q is not a duration", m.Settle)
 		}
 	}
 	for _, a := range []Axis{m.VirtualUsers, m.Warehouses} {

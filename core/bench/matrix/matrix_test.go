@@ -59,6 +59,7 @@ func TestInvalid(t *testing.T) {
 		`name: x`,
 		"name: x\ntargets: [{kind: stock}]\nvirtual_users: [0]",
 		"name: x\ntargets: [{kind: stock}]\nduration: soon",
+		"name: x\ntargets: [{kind: stock}]\nsettle: soon",
 		"name: x\ntargets: [{kind: stock}]\nunknown_key: 1",
 		"name: x\nworkload: ycsb\ntargets: [{kind: stock}]",
 		"name: x\ntargets: [{kind: stock, config: {storage.image_policy: fpi}}]",

@@ -378,6 +378,16 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	if v, err := serverVersion(ctx, base); err == nil {
 		res.Machine["server_version"] = v
 	}
+	if max := m.SettleMax(); max > 0 {
+		took, quiet, err := r.settle(ctx, t, max, idx, total, run)
+		if err != nil {
+			return nil, err
+		}
+		res.Metrics["settle_seconds"] = took.Seconds()
+		if !quiet {
+			res.Notes = append(res.Notes, fmt.Sprintf("target not quiet after %s of settling", max))
+		}
+	}
 
 	var coll *collect.Collector
 	var cres *collect.Result
@@ -670,4 +680,34 @@ func SortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// settle waits until the target's own processes use less than
+// matrix.SettleQuietPct of the machine for two one-second samples in a
+// row, at most max. It returns how long it waited and whether the target
+// got quiet.
+func (r *Runner) settle(ctx context.Context, t target.Target, max time.Duration, idx, total int, run matrix.Run) (time.Duration, bool, error) {
+	start := time.Now()
+	calm := 0
+	for time.Since(start) < max {
+		pct, err := collect.TargetCPU(ctx, t.PIDs(), time.Second)
+		if err != nil {
+			return time.Since(start), false, err
+		}
+		r.printLine(fmt.Sprintf("[%d/%d] %s rep %d  settling %.0fs: target CPU %.1f%% (quiet below %d%%)",
+			idx+1, total, run.Label(), run.Repeat, time.Since(start).Seconds(), pct, matrix.SettleQuietPct))
+		if pct < matrix.SettleQuietPct {
+			calm++
+			if calm == 2 {
+				r.printLine("")
+				r.opts.Log.Info().Str("target", t.Name()).Dur("took", time.Since(start)).Msg("target quiet")
+				return time.Since(start), true, nil
+			}
+		} else {
+			calm = 0
+		}
+	}
+	r.printLine("")
+	r.opts.Log.Warn().Str("target", t.Name()).Dur("max", max).Msg("target still busy; starting the run anyway")
+	return time.Since(start), false, nil
 }

@@ -41,6 +41,7 @@ warehouses: 1
 rampup: 2s
 duration: 6s
 checkpoint_before_window: true
+settle: 60s
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,10 @@ checkpoint_before_window: true
 		t.Logf("%s: %s notes %v", full.Label, Headline(full), full.Notes)
 		if full.Status != "ok" || full.NOPM <= 0 || full.P95 <= 0 || len(full.Latency) != 5 {
 			t.Fatalf("run %+v", full)
+		}
+		// An idle stock server after its clone is quiet within seconds.
+		if s, ok := full.Metrics["settle_seconds"]; !ok || s < 2 || s > 30 || contains(full.Notes, "not quiet") {
+			t.Fatalf("settle: %v seconds, notes %v", s, full.Notes)
 		}
 		if full.Metrics["consistency_violations"] != 0 || !contains(full.Notes, "consistency checks passed") {
 			t.Fatalf("consistency: %v %v", full.Metrics["consistency_violations"], full.Notes)

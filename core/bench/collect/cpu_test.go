@@ -1,0 +1,37 @@
+package collect
+
+import (
+	"context"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestTargetCPU: a spinning process counts as busy, a sleeping one as
+// quiet.
+func TestTargetCPU(t *testing.T) {
+	spin := exec.Command("sh", "-c", "while :; do :; done")
+	if err := spin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { spin.Process.Kill(); spin.Wait() }()
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	ctx := context.Background()
+	busy, err := TargetCPU(ctx, []int{spin.Process.Pid}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := TargetCPU(ctx, []int{sleep.Process.Pid}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One core of the machine's cores, spinning.
+	if want := 100 / float64(runtime.NumCPU()); busy < want/2 || idle > 1 {
+		t.Fatalf("spinning process %.1f%% (want about %.0f%%), sleeping one %.1f%%", busy, want, idle)
+	}
+}
