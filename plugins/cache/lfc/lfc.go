@@ -59,6 +59,11 @@ type Cache struct {
 	chunkBytes int64
 	parts      []*partition
 	file       *os.File // disk tier; nil for RAM
+	// direct: the disk tier's file is open with O_DIRECT, so the kernel's
+	// page cache holds no copy of it (the memory budget stays honest, and
+	// a hit is a real disk read). False where the filesystem refuses
+	// O_DIRECT (tmpfs).
+	direct bool
 
 	waits                *cache.Waits
 	kLock, kRead, kWrite cache.WaitKind
@@ -155,11 +160,11 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		c.parts = append(c.parts, &partition{id: i, index: map[chunkKey]int32{}, pol: pol, ramTier: cfg.Tier == TierRAM, cp: cfg.ChunkPages})
 	}
 	if cfg.Tier == TierDisk {
-		f, err := os.OpenFile(cfg.Path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		f, direct, err := openDirect(cfg.Path)
 		if err != nil {
 			return nil, fmt.Errorf("lfc: %w", err)
 		}
-		c.file = f
+		c.file, c.direct = f, direct
 	}
 	if err := c.Resize(cfg.SizeBytes); err != nil {
 		c.Close()
@@ -229,7 +234,15 @@ func (c *Cache) off(p *partition, slot int32, i uint32) int64 {
 // REQUIRES: p.mu held.
 func (c *Cache) preadPage(p *partition, slot int32, i uint32, dst []byte) error {
 	t0 := time.Now()
-	_, err := c.file.ReadAt(dst, c.off(p, slot, i))
+	var err error
+	if c.direct {
+		buf := getAligned()
+		_, err = c.file.ReadAt(buf, c.off(p, slot, i))
+		copy(dst, buf)
+		putAligned(buf)
+	} else {
+		_, err = c.file.ReadAt(dst, c.off(p, slot, i))
+	}
 	c.waits.Add(c.kRead, p.id, time.Since(t0))
 	return err
 }
@@ -238,7 +251,15 @@ func (c *Cache) preadPage(p *partition, slot int32, i uint32, dst []byte) error 
 // REQUIRES: p.mu held.
 func (c *Cache) pwritePage(p *partition, slot int32, i uint32, src []byte) error {
 	t0 := time.Now()
-	_, err := c.file.WriteAt(src, c.off(p, slot, i))
+	var err error
+	if c.direct {
+		buf := getAligned()
+		copy(buf, src)
+		_, err = c.file.WriteAt(buf, c.off(p, slot, i))
+		putAligned(buf)
+	} else {
+		_, err = c.file.WriteAt(src, c.off(p, slot, i))
+	}
 	c.waits.Add(c.kWrite, p.id, time.Since(t0))
 	return err
 }
@@ -592,7 +613,7 @@ func (c *Cache) moveSlot(p *partition, from, to int32) error {
 		}
 		return nil
 	}
-	buf := make([]byte, c.chunkBytes)
+	buf := alignedBuf(int(c.chunkBytes))
 	if _, err := c.file.ReadAt(buf, c.off(p, from, 0)); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package lfc
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -18,4 +19,18 @@ func preallocate(f *os.File, old, size int64) error {
 		}
 	}
 	return f.Truncate(size)
+}
+
+// openDirect creates (truncates) the disk tier's file with O_DIRECT, or
+// without it where the filesystem refuses (tmpfs): direct reports which.
+func openDirect(path string) (f *os.File, direct bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o600)
+	if err == nil {
+		return f, true, nil
+	}
+	if !errors.Is(err, syscall.EINVAL) {
+		return nil, false, err
+	}
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	return f, false, err
 }
