@@ -96,6 +96,8 @@ type Store struct {
 	corrupt  map[pg.LSN]bool // block start LSNs that failed verification
 	flushCh  chan struct{}   // closed and replaced when flushLSN advances
 	closed   bool
+
+	readHook func() // tests: runs in Read between taking the file and reading it
 }
 
 // Open opens or creates the store in opts.Dir and recovers its durable end.
@@ -696,11 +698,31 @@ func (s *Store) Read(from pg.LSN, limit int) ([]byte, error) {
 	}
 	name := SegmentName(s.ctl.Timeline, no, s.segSize)
 	s.mu.Unlock()
+	if s.readHook != nil {
+		s.readHook()
+	}
 
 	last := ents[nblk-1]
 	buf := make([]byte, (nblk-1)*BlockSize+int(last.n))
-	if _, err := data.ReadAt(buf, int64(uint64(blk0)%s.segSize)); err != nil {
-		return nil, fmt.Errorf("walstore: read %s: %w", name, err)
+	for try := 0; ; try++ {
+		_, err := data.ReadAt(buf, int64(uint64(blk0)%s.segSize))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrClosed) || try == 3 {
+			return nil, fmt.Errorf("walstore: read %s: %w", name, err)
+		}
+		// A Flush closed the segment (full, flushed and settled: its
+		// bytes no longer change) while we read: open it again.
+		s.mu.Lock()
+		seg, err := s.openSegment(no, false)
+		if err == nil {
+			data = seg.data
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	for i, e := range ents {
 		b := buf[i*BlockSize:]

@@ -239,3 +239,38 @@ func TestFlippedByteInLastFlushIsCorruption(t *testing.T) {
 		t.Fatalf("corrupt blocks %v, want [%s]", got, bad)
 	}
 }
+
+// TestReadWhileFlushClosesSegment: Flush closes a full, flushed segment
+// while a Read that took its file is about to read it (the archiver read
+// full segments this way and failed with "file already closed"); the Read
+// opens the segment again and returns the bytes.
+func TestReadWhileFlushClosesSegment(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	start := pg.LSN(testSeg)
+	s.Init(start, 1, 1)
+	r := rand.New(rand.NewSource(9))
+	want := randBytes(r, testSeg+100)
+	s.Write(start, want)
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	no := uint64(start) / testSeg
+	closed := false
+	s.readHook = func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if seg, ok := s.segs[no]; ok && !closed {
+			seg.close()
+			delete(s.segs, no)
+			closed = true
+		}
+	}
+	got, err := s.Read(start, testSeg)
+	if err != nil {
+		t.Fatalf("read while the segment was closed: %v", err)
+	}
+	if !closed || !bytes.Equal(got, want[:testSeg]) {
+		t.Fatalf("closed %v, read back equal %v", closed, bytes.Equal(got, want[:testSeg]))
+	}
+}
