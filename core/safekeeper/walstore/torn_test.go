@@ -31,6 +31,26 @@ func zeroRange(t *testing.T, dir string, from, to pg.LSN) {
 	}
 }
 
+// flipBit flips the bits of mask in the stored WAL byte at lsn (damage).
+func flipBit(t *testing.T, dir string, lsn pg.LSN, mask byte) {
+	t.Helper()
+	path := filepath.Join(dir, "pg_wal", SegmentName(1, uint64(lsn)/testSeg, testSeg))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var x [1]byte
+	off := int64(uint64(lsn) % testSeg)
+	if _, err := f.ReadAt(x[:], off); err != nil {
+		t.Fatal(err)
+	}
+	x[0] ^= mask
+	if _, err := f.WriteAt(x[:], off); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestTornFlushIsNotCorruption: Flush writes the checksum entries out
 // before the one fdatasync that makes entries and bytes durable, so a crash
 // can leave entries on disk whose bytes are not. Recovery must end the WAL
@@ -135,16 +155,7 @@ func TestCorruptionIsNotATornTail(t *testing.T) {
 	s.Close()
 	// Flip a byte in the middle of the second flush's blocks.
 	bad := start + 3*BlockSize
-	path := filepath.Join(dir, "pg_wal", SegmentName(1, 1, testSeg))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var x [1]byte
-	f.ReadAt(x[:], int64(uint64(bad)%testSeg)+77)
-	x[0] ^= 0x10
-	f.WriteAt(x[:], int64(uint64(bad)%testSeg)+77)
-	f.Close()
+	flipBit(t, dir, bad+77, 0x10)
 	s2 := open(t, dir)
 	if s2.FlushLSN() != lsn {
 		t.Fatalf("end %s, want %s: WAL after a corrupt block was dropped", s2.FlushLSN(), lsn)
@@ -220,16 +231,7 @@ func TestFlippedByteInLastFlushIsCorruption(t *testing.T) {
 	}
 	s.Close()
 	bad := start + BlockSize
-	path := filepath.Join(dir, "pg_wal", SegmentName(1, 1, testSeg))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var x [1]byte
-	f.ReadAt(x[:], int64(uint64(bad)%testSeg)+900)
-	x[0] ^= 0x01
-	f.WriteAt(x[:], int64(uint64(bad)%testSeg)+900)
-	f.Close()
+	flipBit(t, dir, bad+900, 0x01)
 	s2 := open(t, dir)
 	end := start + pg.LSN(len(b))
 	if s2.FlushLSN() != end {
