@@ -1,6 +1,7 @@
 package walpos
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -212,7 +213,6 @@ func (s followSource) ReadPage(lsn pg.LSN, buf []byte) error {
 // validPage reports whether p's header is a Postgres 15 WAL page header for
 // the page at lsn.
 func validPage(p []byte, lsn pg.LSN) bool {
-	return len(p) >= shortHeaderSize && uint16(p[0])|uint16(p[1])<<8 == PageMagic &&
-		pg.LSN(uint64(p[8])|uint64(p[9])<<8|uint64(p[10])<<16|uint64(p[11])<<24|
-			uint64(p[12])<<32|uint64(p[13])<<40|uint64(p[14])<<48|uint64(p[15])<<56) == lsn
+	return len(p) >= shortHeaderSize && binary.LittleEndian.Uint16(p[0:2]) == PageMagic &&
+		pg.LSN(binary.LittleEndian.Uint64(p[8:16])) == lsn
 }

@@ -1,8 +1,11 @@
 // Package walpos tracks W, the compute's WAL position: the end of the last
-// complete WAL record Postgres has written into pg_wal. The compute agent
-// lets pg_wal pass through its FUSE mount to local scratch and calls
-// Tracker.WroteData for every write, so that each data write can be tagged
-// with the WAL position it may depend on (DESIGN.md section 3a): Postgres
+// complete WAL record Postgres has written into pg_wal. Either the compute
+// agent lets pg_wal pass through its FUSE mount and calls
+// Tracker.WroteData for every write, or pg_wal is a link out of the mount
+// and the tracker follows the folder (Tracker.Follow, which walks the new
+// records with the WAL reader of plugins/redo/postgres/wal). Each data
+// write is tagged with the WAL position it may depend on (DESIGN.md
+// section 3a): Postgres
 // writes (and flushes) WAL before the data pages that depend on it, so W at
 // the time a page write arrives is at or above every WAL record the page can
 // depend on.
@@ -12,7 +15,9 @@
 // commit LSN stops at that real end (LastRecordEnd parses the page headers
 // and record lengths to find it).
 //
-// It is not a WAL decoder: it reads page headers and record lengths only.
+// WroteData and RecordEndAtOrBelow read page headers and record lengths
+// only; Follow checks each record's back link and CRC too, because it reads
+// WAL that Postgres may be writing at that moment.
 package walpos
 
 import (

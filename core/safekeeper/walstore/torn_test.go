@@ -51,6 +51,18 @@ func flipBit(t *testing.T, dir string, lsn pg.LSN, mask byte) {
 	}
 }
 
+// wantDamage checks that s kept its WAL up to end (damage is not a torn
+// tail) and reports exactly the block at bad as corrupt.
+func wantDamage(t *testing.T, s *Store, end, bad pg.LSN) {
+	t.Helper()
+	if s.FlushLSN() != end {
+		t.Fatalf("end %s, want %s: WAL after a corrupt block was dropped", s.FlushLSN(), end)
+	}
+	if got := s.CorruptBlocks(); len(got) != 1 || got[0] != bad {
+		t.Fatalf("corrupt blocks %v, want [%s]", got, bad)
+	}
+}
+
 // TestTornFlushIsNotCorruption: Flush writes the checksum entries out
 // before the one fdatasync that makes entries and bytes durable, so a crash
 // can leave entries on disk whose bytes are not. Recovery must end the WAL
@@ -156,13 +168,7 @@ func TestCorruptionIsNotATornTail(t *testing.T) {
 	// Flip a byte in the middle of the second flush's blocks.
 	bad := start + 3*BlockSize
 	flipBit(t, dir, bad+77, 0x10)
-	s2 := open(t, dir)
-	if s2.FlushLSN() != lsn {
-		t.Fatalf("end %s, want %s: WAL after a corrupt block was dropped", s2.FlushLSN(), lsn)
-	}
-	if got := s2.CorruptBlocks(); len(got) != 1 || got[0] != bad {
-		t.Fatalf("corrupt blocks %v, want [%s]", got, bad)
-	}
+	wantDamage(t, open(t, dir), lsn, bad)
 }
 
 // TestOldChecksumFormatConverted: a store written with 8-byte checksum
@@ -232,14 +238,7 @@ func TestFlippedByteInLastFlushIsCorruption(t *testing.T) {
 	s.Close()
 	bad := start + BlockSize
 	flipBit(t, dir, bad+900, 0x01)
-	s2 := open(t, dir)
-	end := start + pg.LSN(len(b))
-	if s2.FlushLSN() != end {
-		t.Fatalf("end %s, want %s", s2.FlushLSN(), end)
-	}
-	if got := s2.CorruptBlocks(); len(got) != 1 || got[0] != bad {
-		t.Fatalf("corrupt blocks %v, want [%s]", got, bad)
-	}
+	wantDamage(t, open(t, dir), start+pg.LSN(len(b)), bad)
 }
 
 // TestReadWhileFlushClosesSegment: Flush closes a full, flushed segment
