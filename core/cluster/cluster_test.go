@@ -133,6 +133,9 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			logTails(t, dir, 40)
+		}
 		c.Down(context.Background(), func(string) {})
 		if t.Failed() && os.Getenv("STRATA_KEEP_FAILED") != "" {
 			t.Logf("kept the cluster folder %s (STRATA_KEEP_FAILED)", dir)
@@ -141,6 +144,32 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 		os.RemoveAll(dir)
 	})
 	return c, loaded
+}
+
+// logTails logs the last n lines of every process log under dir, so that
+// a failure in CI shows what the processes said before the folder is
+// removed.
+func logTails(t *testing.T, dir string, n int) {
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		switch d.Name() {
+		case "compute.log", "postgres.log", "pageserver.log", "safekeeper.log":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		t.Logf("last %d lines of %s:\n%s", len(lines), path, strings.Join(lines, "\n"))
+		return nil
+	})
 }
 
 func TestUpDownUpKeepsData(t *testing.T) {
@@ -279,6 +308,91 @@ func TestCommitsNeedAQuorum(t *testing.T) {
 	var n int
 	if err := conn2.QueryRow(ctx, "SELECT count(*) FROM t WHERE id = 1").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the acknowledged row after down and up: count %d, %v", n, err)
+	}
+}
+
+// TestSafekeeperRejoinsWithOneOtherUp: with one safekeeper down, another
+// that comes back without its replication slot must be able to create the
+// slot and restore the quorum. Postgres fsyncs a new slot, and a durable
+// fsync waits for the quorum, which needs this very safekeeper: the agent
+// answers the safekeepers' slot fsyncs once sent (fusefs SendOnlyPath).
+// Before that, a commit waited for ever (seen in CI as a flaky
+// TestCommitsNeedAQuorum, when the test killed a safekeeper before the
+// third one had created its slot).
+func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int)")
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := func(id string) int {
+		for i, p := range st.Procs {
+			if p.Name == "safekeeper "+id {
+				return i
+			}
+		}
+		t.Fatalf("no safekeeper %s in %+v", id, st.Procs)
+		return -1
+	}
+	sk1, sk3 := sk("sk1"), sk("sk3")
+	// Should the quorum not come back, the cleanup's down would wait for
+	// durability that cannot come: kill the compute first.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range st.Procs {
+				if p.Name == "compute" && p.Alive() {
+					syscall.Kill(p.PID, syscall.SIGKILL)
+				}
+			}
+		}
+	})
+	syscall.Kill(st.Procs[sk1].PID, syscall.SIGKILL)
+	syscall.Kill(st.Procs[sk3].PID, syscall.SIGKILL)
+	// sk3 comes back without its slot, as a safekeeper whose slot was
+	// never made durable before a compute crash.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for {
+		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot('strata_sk3')")
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("dropping sk3's slot: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // its walsender has not exited yet
+	}
+	replPW, err := c.secret("replication.password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.startSafekeeper(sk3, "sk3", replPW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Procs[sk3] = p
+	if err := c.writeState(st); err != nil {
+		syscall.Kill(p.PID, syscall.SIGKILL)
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelShort()
+	if _, err := conn.Exec(short, "INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatalf("a commit with sk2 up and sk3 back without its slot: %v", err)
+	}
+	var slots int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'strata_sk3'").Scan(&slots); err != nil || slots != 1 {
+		t.Fatalf("sk3's slot after its return: %d, %v", slots, err)
 	}
 }
 

@@ -102,10 +102,15 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// SlotPrefix begins the default slot name of every safekeeper
+// (strata_<id>). The compute agent treats slots with this prefix as the
+// safekeepers' own (their fsyncs do not wait for the quorum).
+const SlotPrefix = "strata_"
+
 // SlotName returns the replication slot name.
 func (c *Config) SlotName() string {
 	if c.Slot != "" {
 		return c.Slot
 	}
-	return "strata_" + c.ID
+	return SlotPrefix + c.ID
 }

@@ -574,7 +574,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
 		Backend: fsBackend, Cache: fc, WALScratch: walDir, WALLink: a.wal.link, UID: uint32(a.uid), GID: uint32(a.gid),
-		WALStart: e, SendOnlySync: true, Debug: a.cfg.Debug, Log: a.log,
+		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {
 		return err

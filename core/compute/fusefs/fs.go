@@ -68,6 +68,14 @@ type Options struct {
 	// durability, until SetSyncDurable(true). For a compute whose Postgres
 	// is in crash recovery: see SetSyncDurable.
 	SendOnlySync bool
+	// SendOnlyPath, when set, names paths (files and folders) whose fsync
+	// always returns once sent, whatever SetSyncDurable says. The agent
+	// names the safekeepers' replication slots: a safekeeper that connects
+	// creates its slot, and a durable fsync of the slot would wait for a
+	// quorum that needs this very safekeeper when another one is down.
+	// Returning early is safe for the reason SetSyncDurable gives; a slot
+	// lost in a crash is created again when its safekeeper reconnects.
+	SendOnlyPath func(path string) bool
 	// Debug logs every FUSE request.
 	Debug bool
 	Log   zerolog.Logger
@@ -387,14 +395,16 @@ func (f *FS) SetSyncDurable(on bool) { f.sendOnly.Store(!on) }
 func (f *FS) SyncDurable() bool { return !f.sendOnly.Load() }
 
 // sync waits until every mutation up to the current W is durable (or, see
-// SetSyncDurable, sent).
-func (f *FS) sync(ctx context.Context, k relpath.Kind) syscall.Errno {
+// SetSyncDurable and Options.SendOnlyPath, sent). path is the file or
+// folder fsynced.
+func (f *FS) sync(ctx context.Context, k relpath.Kind, path string) syscall.Errno {
 	if k == relpath.KindLocal {
 		return 0
 	}
 	t := time.Now()
 	var err error
-	if s, ok := f.be.(Sender); ok && f.sendOnly.Load() {
+	sendOnly := f.sendOnly.Load() || (f.opts.SendOnlyPath != nil && f.opts.SendOnlyPath(path))
+	if s, ok := f.be.(Sender); ok && sendOnly {
 		err = s.Send(ctx)
 		f.waits.sendOnly.Add(1)
 	} else {

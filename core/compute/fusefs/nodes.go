@@ -86,7 +86,7 @@ func (d *dirNode) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (d *dirNode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
-	return d.fsys.sync(ctx, relpath.KindOther)
+	return d.fsys.sync(ctx, relpath.KindOther, d.getPath())
 }
 
 func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -496,7 +496,10 @@ func (n *fileNode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off 
 }
 
 func (n *fileNode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
-	return n.fsys.sync(ctx, n.kind)
+	n.mu.Lock()
+	kind, path := n.kind, n.path
+	n.mu.Unlock()
+	return n.fsys.sync(ctx, kind, path)
 }
 
 func (n *fileNode) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
@@ -574,7 +577,7 @@ func (n *relNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 func (n *relNode) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
 
 func (n *relNode) Fsync(ctx context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
-	return n.fsys.sync(ctx, relpath.KindRel)
+	return n.fsys.sync(ctx, relpath.KindRel, "")
 }
 
 func (n *relNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

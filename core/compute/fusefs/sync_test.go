@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,6 +107,87 @@ func TestSendOnlySync(t *testing.T) {
 	if be.syncs.Load() != 1 || be.sends.Load() != 1 {
 		t.Fatalf("sends %d, syncs %d", be.sends.Load(), be.syncs.Load())
 	}
+}
+
+// TestSendOnlyPath: with durable fsync on, a file and a folder named by
+// Options.SendOnlyPath are answered once sent (a safekeeper's slot, whose
+// creation must not wait for a quorum that needs this safekeeper), after a
+// rename into the named path too, while every other fsync still waits.
+func TestSendOnlyPath(t *testing.T) {
+	e := newEnv(t)
+	be := &gatedBackend{Memory: NewMemory(), release: make(chan struct{})}
+	f, err := Mount(context.Background(), e.mnt, Options{
+		Backend: be, WALScratch: e.scratch, UID: e.uid, GID: e.gid, Log: zerolog.Nop(),
+		SendOnlyPath: func(p string) bool { return p == "slots" || strings.HasPrefix(p, "slots/") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-be.release:
+		default:
+			close(be.release)
+		}
+		if mounted(e.mnt) {
+			f.Unmount()
+		}
+		MountpointCleanup(e.mnt)
+	})
+	syncs := func(path string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			fh, err := os.Open(path)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer fh.Close()
+			done <- fh.Sync()
+		}()
+		return done
+	}
+	returns := func(what string, done chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s waited for durability", what)
+		}
+	}
+	for _, d := range []string{"slots", "other"} {
+		if err := os.Mkdir(filepath.Join(e.mnt, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.mnt, d, "state"), []byte("slot"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	returns("fsync of a named folder", syncs(filepath.Join(e.mnt, "slots")))
+	returns("fsync of a named file", syncs(filepath.Join(e.mnt, "slots", "state")))
+	if err := os.Rename(filepath.Join(e.mnt, "other", "state"), filepath.Join(e.mnt, "slots", "moved")); err != nil {
+		t.Fatal(err)
+	}
+	returns("fsync of a file renamed into a named folder", syncs(filepath.Join(e.mnt, "slots", "moved")))
+	if be.syncs.Load() != 0 || be.sends.Load() != 3 {
+		t.Fatalf("named paths: syncs %d, sends %d; want 0 and 3", be.syncs.Load(), be.sends.Load())
+	}
+	if err := os.WriteFile(filepath.Join(e.mnt, "other", "state"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(e.mnt, "other", "state"), filepath.Join(e.mnt, "other")} {
+		done := syncs(p)
+		select {
+		case err := <-done:
+			t.Fatalf("fsync of %s returned before durability: %v", p, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		defer func() { returns("fsync after release", done) }()
+	}
+	close(be.release)
 }
 
 // TestRenameFolder: a folder holding files is renamed as Postgres renames a
