@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -264,13 +265,7 @@ func TestCommitsNeedAQuorum(t *testing.T) {
 	st, _ := c.readState()
 	// Without a quorum the compute's clean stop would wait minutes for
 	// durability that cannot come: kill it before the cleanup's down.
-	t.Cleanup(func() {
-		for _, p := range st.Procs {
-			if p.Name == "compute" && p.Alive() {
-				syscall.Kill(p.PID, syscall.SIGKILL)
-			}
-		}
-	})
+	t.Cleanup(func() { killCompute(st) })
 	// One safekeeper down: commits go on.
 	syscall.Kill(st.Procs[0].PID, syscall.SIGKILL)
 	exec1(t, ctx, url, "INSERT INTO t VALUES (1)")
@@ -323,15 +318,7 @@ func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	url, err := c.Up(ctx, func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec1(t, ctx, url, "CREATE TABLE t (id int)")
-	st, err := c.readState()
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, st := upWithTable(t, ctx, c)
 	sk := func(id string) int {
 		for i, p := range st.Procs {
 			if p.Name == "safekeeper "+id {
@@ -342,17 +329,6 @@ func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
 		return -1
 	}
 	sk1, sk3 := sk("sk1"), sk("sk3")
-	// Should the quorum not come back, the cleanup's down would wait for
-	// durability that cannot come: kill the compute first.
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range st.Procs {
-				if p.Name == "compute" && p.Alive() {
-					syscall.Kill(p.PID, syscall.SIGKILL)
-				}
-			}
-		}
-	})
 	syscall.Kill(st.Procs[sk1].PID, syscall.SIGKILL)
 	syscall.Kill(st.Procs[sk3].PID, syscall.SIGKILL)
 	// sk3 comes back without its slot, as a safekeeper whose slot was
@@ -372,19 +348,7 @@ func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // its walsender has not exited yet
 	}
-	replPW, err := c.secret("replication.password")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := c.startSafekeeper(sk3, "sk3", replPW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Procs[sk3] = p
-	if err := c.writeState(st); err != nil {
-		syscall.Kill(p.PID, syscall.SIGKILL)
-		t.Fatal(err)
-	}
+	restartSafekeeper(t, c, st, "sk3")
 	short, cancelShort := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelShort()
 	if _, err := conn.Exec(short, "INSERT INTO t VALUES (1)"); err != nil {
@@ -393,6 +357,138 @@ func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
 	var slots int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'strata_sk3'").Scan(&slots); err != nil || slots != 1 {
 		t.Fatalf("sk3's slot after its return: %d, %v", slots, err)
+	}
+}
+
+// TestSafekeeperMissingAtStartJoinsLater: a safekeeper that is down when
+// the compute starts misses the election; once it is back the agent brings
+// it into the term and into synchronous_standby_names, so the cluster
+// survives the loss of another safekeeper. Before, it counted again only
+// after the next compute start, and a commit then waited for ever.
+func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, st := upWithTable(t, ctx, c)
+	idx := map[string]int{}
+	var sup Proc
+	for i, p := range st.Procs {
+		idx[p.Name] = i
+		if p.Name == "compute" {
+			sup = p
+		}
+	}
+	// sk3 goes down, then the compute restarts (kill -9 of the agent; the
+	// supervisor starts it again) and elects without it.
+	syscall.Kill(st.Procs[idx["safekeeper sk3"]].PID, syscall.SIGKILL)
+	agents := childPIDs(sup.PID)
+	if len(agents) != 1 {
+		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
+	}
+	syscall.Kill(agents[0], syscall.SIGKILL)
+	query := func(sql string) string {
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer qcancel()
+		conn, err := pgx.Connect(qctx, url)
+		if err != nil {
+			return ""
+		}
+		defer conn.Close(context.Background())
+		var v string
+		if conn.QueryRow(qctx, sql).Scan(&v) != nil {
+			return ""
+		}
+		return v
+	}
+	waitFor := func(what, sql string, ok func(string) bool) string {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			if v := query(sql); ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 3 minutes (%s); compute log:\n%s", what, query(sql), tail(sup.Log, 4096))
+			}
+		}
+	}
+	// The new agent's Postgres: its settings name sk1 and sk2 only.
+	names := waitFor("Postgres back after the agent's restart", "SHOW synchronous_standby_names",
+		func(v string) bool {
+			return v != "" && childPIDs(sup.PID) != nil && !slices.Contains(childPIDs(sup.PID), agents[0])
+		})
+	if strings.Contains(names, "sk3") || !strings.Contains(names, "sk1") {
+		t.Fatalf("synchronous_standby_names after a start without sk3: %q", names)
+	}
+	restartSafekeeper(t, c, st, "sk3")
+	waitFor("sk3 in synchronous_standby_names", "SHOW synchronous_standby_names", func(v string) bool { return strings.Contains(v, "sk3") })
+	waitFor("sk3 streaming", "SELECT state FROM pg_stat_replication WHERE application_name = 'sk3'", func(v string) bool { return v == "streaming" })
+	syscall.Kill(st.Procs[idx["safekeeper sk1"]].PID, syscall.SIGKILL)
+	short, cancelShort := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelShort()
+	conn, err := pgx.Connect(short, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(short, "INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatalf("a commit with sk2 and the returned sk3: %v; compute log:\n%s", err, tail(sup.Log, 4096))
+	}
+}
+
+// upWithTable starts the cluster and creates table t; it returns the
+// connection string and the processes. Should the test fail, the compute
+// is killed before the cleanup's down (see killCompute).
+func upWithTable(t *testing.T, ctx context.Context, c *Cluster) (string, *State) {
+	t.Helper()
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int)")
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			killCompute(st)
+		}
+	})
+	return url, st
+}
+
+// restartSafekeeper starts safekeeper id again and records the new process
+// in the state, so that down stops it.
+func restartSafekeeper(t *testing.T, c *Cluster, st *State, id string) {
+	t.Helper()
+	replPW, err := c.secret("replication.password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := slices.Index(c.safekeeperIDs(), id)
+	i := slices.IndexFunc(st.Procs, func(p Proc) bool { return p.Name == "safekeeper "+id })
+	if n < 0 || i < 0 {
+		t.Fatalf("no safekeeper %s", id)
+	}
+	p, err := c.startSafekeeper(n, id, replPW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Procs[i] = p
+	if err := c.writeState(st); err != nil {
+		syscall.Kill(p.PID, syscall.SIGKILL)
+		t.Fatal(err)
+	}
+}
+
+// killCompute kills the compute (the supervisor, whose agent and Postgres
+// die with it): without a safekeeper quorum, a clean stop would wait
+// minutes for durability that cannot come.
+func killCompute(st *State) {
+	for _, p := range st.Procs {
+		if p.Name == "compute" && p.Alive() {
+			syscall.Kill(p.PID, syscall.SIGKILL)
+		}
 	}
 }
 

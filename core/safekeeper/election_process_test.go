@@ -76,6 +76,62 @@ func TestElectionWithProcesses(t *testing.T) {
 	c.compareAll()
 }
 
+// TestJoinAfterElection: a safekeeper that is down during an election
+// joins the term afterwards (Join with the term's Accept): it votes,
+// catches up to E from a member of the term, follows the compute, and its
+// WAL then equals the others'; a Join for an older term is fenced.
+func TestJoinAfterElection(t *testing.T) {
+	c := startProcCluster(t)
+	waitSync(t, c.srv, 3)
+	l := startLedger(t, c.srv, 2)
+	testpg.WaitFor(t, 30*time.Second, "ledger commits", func() bool { return l.count() > 100 })
+	c.kill(2, syscall.SIGKILL)
+	n0 := l.count()
+	testpg.WaitFor(t, 30*time.Second, "commits without sk3", func() bool { return l.count() > n0+100 })
+	c.srv.Kill9()
+	l.stop()
+	acked := append([]string(nil), l.acked...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	el, err := ElectWith(ctx, 1, "compute-2", "", c.addrs, ElectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el.Accept.Term != 1 || el.Accept.Start != el.End || el.Accept.ComputeID != "compute-2" {
+		t.Fatalf("elected %+v", el)
+	}
+	c.start(2)
+	testpg.WaitFor(t, 30*time.Second, "sk3 up", func() bool { _, err := c.status(2); return err == nil })
+	if st, _ := c.status(2); st.Term != 0 || st.FlushLSN >= el.End {
+		t.Fatalf("sk3 before the join: term %d flush %s (E %s)", st.Term, st.FlushLSN, el.End)
+	}
+	if err := Join(ctx, c.addrs[2], el.Accept, ""); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.status(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Term != 1 || !st.Accepted || st.FlushLSN != el.End ||
+		len(st.History) == 0 || st.History[len(st.History)-1] != (election.TermStart{Term: 1, Start: el.End}) {
+		t.Fatalf("sk3 after the join: term %d accepted %t flush %s history %v (E %s)", st.Term, st.Accepted, st.FlushLSN, st.History, el.End)
+	}
+	if err := Join(ctx, c.addrs[2], election.AcceptRequest{ComputeID: "compute-old"}, ""); !errors.Is(err, ErrFenced) {
+		t.Fatalf("a join for term 0 after term 1: %v", err)
+	}
+	// Postgres comes back and streams to all three in term 1.
+	c.srv.Launch()
+	waitSync(t, c.srv, 3)
+	if got := c.srv.QueryString("postgres", "SELECT count(*)::text FROM ledger WHERE payload = ANY($1)", acked); got != itoa(len(acked)) {
+		t.Fatalf("after the compute restart, %s of %d acknowledged rows remain", got, len(acked))
+	}
+	l2 := startLedger(t, c.srv, 2)
+	testpg.WaitFor(t, 30*time.Second, "commits in term 1", func() bool { return l2.count() > 100 })
+	l2.stop()
+	c.compareAll()
+}
+
 func itoa(n int) string {
 	return fmtInt(n)
 }

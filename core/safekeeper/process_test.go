@@ -75,8 +75,21 @@ func startProcCluster(t *testing.T) *procCluster {
 		c.cmds = append(c.cmds, nil)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pg_stat_replication: %s", c.srv.QueryString("postgres",
+				"SELECT coalesce(string_agg(application_name || ' ' || state || ' ' || sync_state, ', '), 'none') FROM pg_stat_replication"))
+		}
 		for i := range c.cmds {
 			c.kill(i, syscall.SIGTERM)
+		}
+		if t.Failed() {
+			// What the safekeepers said, before the folders go.
+			for i := range c.dirs {
+				p := filepath.Join(c.dirs[i], "..", fmt.Sprintf("sk%d.log", i+1))
+				if b, err := os.ReadFile(p); err == nil {
+					t.Logf("last lines of %s:\n%s", p, tail(string(b), 30))
+				}
+			}
 		}
 	})
 	for i := 0; i < 3; i++ {

@@ -24,7 +24,17 @@ var ErrNoQuorum = errors.New("safekeeper: no quorum")
 // postgres is the host:port the safekeepers then stream from ("" keeps
 // their configured one). It drives the pure election.Proposer.
 func Elect(ctx context.Context, term uint64, computeID, postgres string, members []string) (pg.LSN, error) {
-	return ElectWith(ctx, term, computeID, postgres, members, ElectOptions{})
+	e, err := ElectWith(ctx, term, computeID, postgres, members, ElectOptions{})
+	return e.End, err
+}
+
+// Elected is the outcome of a won election.
+type Elected struct {
+	// End is E, the durable end of WAL, where the new term's WAL starts.
+	End pg.LSN
+	// Accept is the term's Accept message, the same for every member:
+	// Join sends it to a member that missed the election.
+	Accept election.AcceptRequest
 }
 
 // ElectOptions refine an election.
@@ -38,12 +48,12 @@ type ElectOptions struct {
 }
 
 // ElectWith is Elect with options.
-func ElectWith(ctx context.Context, term uint64, computeID, postgres string, members []string, o ElectOptions) (pg.LSN, error) {
+func ElectWith(ctx context.Context, term uint64, computeID, postgres string, members []string, o ElectOptions) (Elected, error) {
 	clients := map[string]*server.Client{}
 	for _, m := range members {
 		c, err := server.Dial(m)
 		if err != nil {
-			return 0, err
+			return Elected{}, err
 		}
 		defer c.Close()
 		clients[m] = c
@@ -72,21 +82,23 @@ func ElectWith(ctx context.Context, term uint64, computeID, postgres string, mem
 	}
 	switch p.State() {
 	case election.Fenced:
-		return 0, fmt.Errorf("%w: term %d seen", ErrFenced, p.HighestTerm())
+		return Elected{}, fmt.Errorf("%w: term %d seen", ErrFenced, p.HighestTerm())
 	case election.Voting:
-		return 0, fmt.Errorf("%w of votes for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
+		return Elected{}, fmt.Errorf("%w of votes for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
 	}
 	donor, end := p.Donor()
 	if o.Trim != nil {
 		start, err := o.Trim(ctx, donor, end, p.LastTermStart())
 		if err != nil {
-			return 0, fmt.Errorf("safekeeper: election for term %d: the WAL tail of donor %s: %w", term, donor, err)
+			return Elected{}, fmt.Errorf("safekeeper: election for term %d: the WAL tail of donor %s: %w", term, donor, err)
 		}
 		end = p.Trim(start)
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var accept election.AcceptRequest
 	for m, req := range p.AcceptRequests() {
+		accept = req
 		wg.Add(1)
 		go func(m string, req election.AcceptRequest) {
 			defer wg.Done()
@@ -105,9 +117,34 @@ func ElectWith(ctx context.Context, term uint64, computeID, postgres string, mem
 	wg.Wait()
 	switch p.State() {
 	case election.Elected:
-		return end, nil
+		return Elected{End: end, Accept: accept}, nil
 	case election.Fenced:
-		return 0, fmt.Errorf("%w during accept of term %d", ErrFenced, term)
+		return Elected{}, fmt.Errorf("%w during accept of term %d", ErrFenced, term)
 	}
-	return 0, fmt.Errorf("%w of accepts for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
+	return Elected{}, fmt.Errorf("%w of accepts for term %d: %w", ErrNoQuorum, term, errors.Join(errs...))
+}
+
+// Join brings member, a safekeeper that missed the election of req.Term
+// (it was down or slow to answer), into the term: it votes for the term
+// and applies req, the term's Accept (truncate what diverges, fetch the
+// missing WAL from req.Donor, follow postgres). A member that already
+// voted for the term only accepts. It fails with ErrFenced when the member
+// has seen a higher term.
+func Join(ctx context.Context, member string, req election.AcceptRequest, postgres string) error {
+	c, err := server.Dial(member)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := c.Vote(ctx, election.VoteRequest{Term: req.Term, ComputeID: req.ComputeID})
+	if err != nil {
+		return fmt.Errorf("safekeeper: %s: vote for term %d: %w", member, req.Term, err)
+	}
+	if !r.Granted && r.Term > req.Term {
+		return fmt.Errorf("%w: %s is at term %d, above %d", ErrFenced, member, r.Term, req.Term)
+	}
+	if _, err := c.Accept(ctx, req, postgres); err != nil {
+		return fmt.Errorf("safekeeper: %s: accept term %d: %w", member, req.Term, err)
+	}
+	return nil
 }

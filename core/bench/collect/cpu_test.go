@@ -30,8 +30,10 @@ func TestTargetCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// One core of the machine's cores, spinning.
-	if want := 100 / float64(runtime.NumCPU()); busy < want/2 || idle > 1 {
-		t.Fatalf("spinning process %.1f%% (want about %.0f%%), sleeping one %.1f%%", busy, want, idle)
+	// A spinning process uses at most one of the machine's cores: with
+	// nothing else running about that share, under load (the test runs
+	// beside other packages' tests) less, but clearly more than nothing.
+	if most := 100 / float64(runtime.NumCPU()); busy < 5 || busy > most*1.1+1 || idle > 1 {
+		t.Fatalf("spinning process %.1f%% of the machine (want 5%% to %.0f%%), sleeping one %.1f%% (want under 1%%)", busy, most, idle)
 	}
 }

@@ -54,6 +54,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/core/safekeeper/election"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/plugins/cache/lfc"
 	"github.com/stratadb/strata/plugins/cache/sharedbuffers"
@@ -260,6 +261,8 @@ type Agent struct {
 	exitErr   error         // why it exited, once done is closed
 	term      uint64
 	e         pg.LSN
+	accept    election.AcceptRequest // the term's Accept, for safekeepers that join late
+	syncIDs   []string               // synchronous_standby_names
 	restarts  int
 	coldStart time.Duration
 }
@@ -421,8 +424,13 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		a.mu.Lock()
 		done := a.done
 		a.mu.Unlock()
+		jctx, jcancel := context.WithCancel(ctx)
+		joined := make(chan struct{})
+		go func() { defer close(joined); a.joinLate(jctx) }()
 		select {
 		case <-ctx.Done():
+			jcancel()
+			<-joined
 			err := a.stop()
 			if err == nil {
 				if rerr := a.wal.release(); rerr != nil {
@@ -431,6 +439,8 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 			}
 			return err
 		case <-done:
+			jcancel()
+			<-joined
 			a.log.Error().Err(a.exitError()).Str("log", a.LogFile()).Str("log_tail", a.pgs.Tail(1024)).Msg("postgres exited; restarting it from storage")
 			a.teardown(false)
 			a.mu.Lock()
@@ -457,10 +467,11 @@ func (a *Agent) start(ctx context.Context) error {
 			return err
 		}
 	}
-	term, ids, e, err := a.elect(ctx)
+	term, ids, el, err := a.elect(ctx)
 	if err != nil {
 		return err
 	}
+	e := el.End
 	for _, id := range timelines {
 		// In redo mode the redo timeline takes this compute's writes only
 		// when it imports initdb's output: fence it all the same.
@@ -471,7 +482,7 @@ func (a *Agent) start(ctx context.Context) error {
 		a.log.Info().Uint64("term", term).Stringer("timeline", id).Str("durable_end", e.String()).Int("dropped", dropped).Str("pageserver_durable", ack.Durable.String()).Msg("term begun")
 	}
 	a.mu.Lock()
-	a.term, a.e = term, e
+	a.term, a.e, a.accept, a.syncIDs = term, e, el.Accept, ids
 	a.mu.Unlock()
 
 	a.setState("loading")
@@ -682,13 +693,21 @@ func (a *Agent) importBase(ctx context.Context) error {
 	return nil
 }
 
+// electGrace is how long elect waits for the safekeepers beyond a quorum.
+const electGrace = 3 * time.Second
+
 // elect wins a safekeeper election with a term above every one seen and
-// returns it, the safekeepers' IDs (their application_name) and E.
-func (a *Agent) elect(ctx context.Context) (uint64, []string, pg.LSN, error) {
+// returns it, the IDs of the safekeepers that answered (their
+// application_name) and the outcome (E, the term's Accept message).
+func (a *Agent) elect(ctx context.Context) (uint64, []string, safekeeper.Elected, error) {
 	var top uint64
 	var ids []string
 	// Safekeepers that were just started may not answer yet: wait for a
-	// quorum (bounded by the start's deadline).
+	// quorum (bounded by the start's deadline), and for the others a little
+	// longer. A safekeeper missing from the election is also missing from
+	// synchronous_standby_names until the next start, so the cluster would
+	// survive no further safekeeper failure even once it is back.
+	var quorumAt time.Time
 	for {
 		top, ids = 0, ids[:0]
 		var errs []error
@@ -701,29 +720,33 @@ func (a *Agent) elect(ctx context.Context) (uint64, []string, pg.LSN, error) {
 			top = max(top, st.Term)
 			ids = append(ids, st.ID)
 		}
-		if len(ids) >= a.cfg.Quorum {
+		if len(ids) >= a.cfg.Quorum && quorumAt.IsZero() {
+			quorumAt = time.Now()
+		}
+		if len(ids) >= a.cfg.Quorum && (len(errs) == 0 || time.Since(quorumAt) >= electGrace) {
 			if len(errs) > 0 {
-				a.log.Warn().Err(errors.Join(errs...)).Msg("electing without every safekeeper")
+				a.log.Warn().Err(errors.Join(errs...)).Dur("waited", time.Since(quorumAt)).
+					Msg("electing without every safekeeper: the missing ones do not count for synchronous commit until the compute restarts")
 			}
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, nil, 0, fmt.Errorf("agent: only %d of %d safekeepers answer, %d needed: %w", len(ids), len(a.cfg.Safekeepers), a.cfg.Quorum, errors.Join(errs...))
+			return 0, nil, safekeeper.Elected{}, fmt.Errorf("agent: only %d of %d safekeepers answer, %d needed: %w", len(ids), len(a.cfg.Safekeepers), a.cfg.Quorum, errors.Join(errs...))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	postgresAddr := "127.0.0.1:" + strconv.Itoa(a.cfg.Port)
 	for try := 0; ; try++ {
 		term := top + 1
-		e, err := safekeeper.ElectWith(ctx, term, a.cfg.ComputeID, postgresAddr, a.cfg.Safekeepers,
+		el, err := safekeeper.ElectWith(ctx, term, a.cfg.ComputeID, postgresAddr, a.cfg.Safekeepers,
 			safekeeper.ElectOptions{Trim: a.trimToRecord})
 		if err == nil {
-			a.log.Info().Uint64("term", term).Str("durable_end", e.String()).Strs("safekeepers", ids).Msg("elected")
-			return term, ids, e, nil
+			a.log.Info().Uint64("term", term).Str("durable_end", el.End.String()).Strs("safekeepers", ids).Msg("elected")
+			return term, ids, el, nil
 		}
 		if !errors.Is(err, safekeeper.ErrFenced) || try >= 5 {
-			return 0, nil, 0, fmt.Errorf("agent: election for term %d: %w", term, err)
+			return 0, nil, safekeeper.Elected{}, fmt.Errorf("agent: election for term %d: %w", term, err)
 		}
 		top = term // someone else took it: go higher
 	}
