@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stratadb/strata/core/safekeeper/election"
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // TestElectionWithProcesses: the compute restarts while one safekeeper lags;
@@ -130,6 +135,87 @@ func TestJoinAfterElection(t *testing.T) {
 	testpg.WaitFor(t, 30*time.Second, "commits in term 1", func() bool { return l2.count() > 100 })
 	l2.stop()
 	c.compareAll()
+}
+
+// TestCatchUpFromPeersWhenPostgresRemovedWAL: a safekeeper that comes back
+// after Postgres removed the WAL it needs next ("requested WAL segment has
+// already been removed") fetches that WAL from a peer of its term, then
+// streams from Postgres again; its WAL equals a peer's.
+func TestCatchUpFromPeersWhenPostgresRemovedWAL(t *testing.T) {
+	c := startProcCluster(t)
+	waitSync(t, c.srv, 3)
+	c.srv.Exec("postgres", "CREATE TABLE filler (v text)")
+	st3, err := c.status(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.kill(2, syscall.SIGKILL)
+	// Without sk3's slot Postgres keeps no WAL for it.
+	testpg.WaitFor(t, 30*time.Second, "sk3's slot dropped", func() bool {
+		return c.srv.QueryString("postgres", "SELECT count(*)::text FROM pg_replication_slots WHERE slot_name = 'strata_sk3' AND NOT active") == "1"
+	})
+	c.srv.Exec("postgres", "SELECT pg_drop_replication_slot('strata_sk3')")
+	c.srv.Exec("postgres", "ALTER SYSTEM SET wal_keep_size = 0")
+	c.srv.Exec("postgres", "SELECT pg_reload_conf()")
+	need := walSeg(uint64(st3.FlushLSN) / pg.WALSegmentSize)
+	for i := 0; ; i++ {
+		oldest := c.srv.QueryString("postgres", "SELECT min(name) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'")
+		if oldest > need {
+			t.Logf("pg_wal starts at %s; sk3 needs %s next", oldest, need)
+			break
+		}
+		if i == 20 {
+			t.Fatalf("pg_wal still holds %s (oldest %s) after %d checkpoints", need, oldest, i)
+		}
+		c.srv.Exec("postgres", "INSERT INTO filler SELECT repeat('x', 100) FROM generate_series(1, 20000)")
+		c.srv.Exec("postgres", "SELECT pg_switch_wal()")
+		c.srv.Exec("postgres", "CHECKPOINT")
+	}
+	c.start(2)
+	waitSync(t, c.srv, 3)
+	end := testpg.FlushLSN(t, c.srv)
+	st3 = c.waitFlush(2, end)
+	st1 := c.waitFlush(0, end)
+	if st1.StartLSN > st3.StartLSN {
+		t.Fatalf("sk1 starts at %s, after sk3 (%s)", st1.StartLSN, st3.StartLSN)
+	}
+	n := compareStores(t, c.dirs[2], c.dirs[0], st3.StartLSN, end)
+	t.Logf("sk3 %s..%s (%d MiB) equals sk1", st3.StartLSN, end, n>>20)
+	if !strings.Contains(readFile(t, filepath.Join(c.dirs[2], "..", "sk3.log")), "caught up from a peer") {
+		t.Fatal("sk3's log does not say it caught up from a peer")
+	}
+}
+
+// compareStores checks that two safekeepers' pg_wal folders hold the same
+// bytes in [from, to) and returns how many it compared.
+func compareStores(t *testing.T, a, b string, from, to pg.LSN) int64 {
+	t.Helper()
+	const seg = pg.WALSegmentSize
+	var n int64
+	for p := from; p < to; {
+		no := uint64(p) / seg
+		end := min(to, pg.LSN((no+1)*seg))
+		off, k := uint64(p)%seg, uint64(end-p)
+		x := readFile(t, filepath.Join(a, "pg_wal", walSeg(no)))
+		y := readFile(t, filepath.Join(b, "pg_wal", walSeg(no)))
+		if uint64(len(x)) < off+k || uint64(len(y)) < off+k || x[off:off+k] != y[off:off+k] {
+			t.Fatalf("segment %s differs between %s and %s in [%s, %s)", walSeg(no), a, b, p, end)
+		}
+		n += int64(k)
+		p = end
+	}
+	return n
+}
+
+func walSeg(no uint64) string { return walstore.SegmentName(1, no, pg.WALSegmentSize) }
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func itoa(n int) string {

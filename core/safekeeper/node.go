@@ -17,11 +17,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -265,6 +267,16 @@ func (n *Node) streamLoop(ctx context.Context) {
 		if errors.Is(err, context.Canceled) {
 			continue // term change
 		}
+		if walRemoved(err) {
+			// Postgres no longer holds the WAL this node needs next (it
+			// joined the term late, or came back after a long time):
+			// the peers of the term do.
+			if cerr := n.catchUpFromPeers(ctx); cerr == nil {
+				continue
+			} else {
+				err = errors.Join(err, cerr)
+			}
+		}
 		n.log.Warn().Err(err).Msg("safekeeper: replication session ended; reconnecting")
 		select {
 		case <-ctx.Done():
@@ -272,6 +284,62 @@ func (n *Node) streamLoop(ctx context.Context) {
 		case <-n.wake:
 		}
 	}
+}
+
+// walRemoved reports whether err is Postgres' "requested WAL segment ...
+// has already been removed".
+func walRemoved(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "58P01" // undefined_file
+}
+
+// catchUpFromPeers fetches the WAL from this node's end up to the flush LSN
+// of a peer that follows the same compute in the same accepted term (or,
+// before any election, the same configured Postgres in term 0): within a
+// term every member's WAL is a prefix of that compute's, so the peer's
+// bytes are the ones Postgres would have sent.
+func (n *Node) catchUpFromPeers(ctx context.Context) error {
+	// No election may change the term or write the store meanwhile.
+	n.election.Lock()
+	defer n.election.Unlock()
+	n.mu.Lock()
+	a := n.acc.State()
+	peers := slices.Clone(n.peers)
+	n.mu.Unlock()
+	if !a.Accepted {
+		return errors.New("safekeeper: catch up from peers: not a member of an accepted term")
+	}
+	var errs []error
+	for _, p := range peers {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := p.Status(cctx)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Addr, err))
+			continue
+		}
+		from := n.st.WriteLSN()
+		if st.Term != a.Term || !st.Accepted || st.ComputeID != a.ComputeID || st.FlushLSN <= from {
+			continue
+		}
+		if err := n.fetchFrom(ctx, p.Addr, from, st.FlushLSN); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Addr, err))
+			continue
+		}
+		flush := n.st.FlushLSN()
+		n.mu.Lock()
+		n.acc.Appended(flush)
+		n.mu.Unlock()
+		n.m.flushLSN.Set(lsnFloat(flush))
+		n.updateCommit()
+		n.log.Info().Str("peer", p.Addr).Str("from", from.String()).Str("to", flush.String()).Uint64("term", a.Term).
+			Msg("safekeeper: Postgres no longer holds the WAL needed; caught up from a peer")
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("safekeeper: catch up from peers: no peer of term %d is ahead of %s", a.Term, n.st.WriteLSN())
+	}
+	return fmt.Errorf("safekeeper: catch up from peers: %w", errors.Join(errs...))
 }
 
 type observer Node

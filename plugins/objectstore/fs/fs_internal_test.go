@@ -266,6 +266,42 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 	}
 }
 
+// TestStoresOpenTogether: Stores opened at the same moment on one root
+// (three safekeepers archiving to one folder, started together) all open:
+// one Store's sweep of stale areas may take the lock of another's brand-new
+// lock file before its owner does, and the owner then starts again instead
+// of failing with "resource temporarily unavailable".
+func TestStoresOpenTogether(t *testing.T) {
+	root := t.TempDir()
+	base := filepath.Join(root, tmpDirNam)
+	for round := 0; round < 200; round++ {
+		var wg sync.WaitGroup
+		areas := make([]*tmpArea, 8)
+		errs := make([]error, 8)
+		for i := range areas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				areas[i], _, errs[i] = openTmpArea(base)
+			}()
+		}
+		wg.Wait()
+		for i, a := range areas {
+			if errs[i] != nil {
+				t.Fatalf("round %d: store %d: %v", round, i, errs[i])
+			}
+			if _, err := os.Stat(a.dir); err != nil {
+				t.Fatalf("round %d: store %d: its area: %v", round, i, err)
+			}
+		}
+		for _, a := range areas {
+			if err := a.close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func TestConditionalCreateRaceAcrossStores(t *testing.T) {
 	root := t.TempDir()
 	var stores []*Store

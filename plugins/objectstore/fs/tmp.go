@@ -38,10 +38,17 @@ func openTmpArea(base string) (*tmpArea, int, error) {
 		}
 		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			lf.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				// Another Store's cleanStale took the lock of our new file
+				// between our create and our flock (it looked stale) and
+				// is removing it: start again. Three safekeepers sharing
+				// an archive root and started together met this.
+				continue
+			}
 			return nil, stale, fmt.Errorf("fs: locking %s: %w", lf.Name(), err)
 		}
-		// Another process's cleanStale may have taken the lock between our
-		// create and our flock, and removed the file: then start again.
+		// Another Store's cleanStale may also have taken the lock, removed
+		// the file and let go before our flock: then start again too.
 		a, err1 := lf.Stat()
 		b, err2 := os.Stat(lf.Name())
 		if err1 != nil || err2 != nil || !os.SameFile(a, b) {
