@@ -179,32 +179,11 @@ func TestCatchUpFromPeersWhenPostgresRemovedWAL(t *testing.T) {
 	if st1.StartLSN > st3.StartLSN {
 		t.Fatalf("sk1 starts at %s, after sk3 (%s)", st1.StartLSN, st3.StartLSN)
 	}
-	n := compareStores(t, c.dirs[2], c.dirs[0], st3.StartLSN, end)
+	n := testpg.CompareWALDirs(t, filepath.Join(c.dirs[2], "pg_wal"), filepath.Join(c.dirs[0], "pg_wal"), st3.StartLSN, end)
 	t.Logf("sk3 %s..%s (%d MiB) equals sk1", st3.StartLSN, end, n>>20)
 	if !strings.Contains(readFile(t, filepath.Join(c.dirs[2], "..", "sk3.log")), "caught up from a peer") {
 		t.Fatal("sk3's log does not say it caught up from a peer")
 	}
-}
-
-// compareStores checks that two safekeepers' pg_wal folders hold the same
-// bytes in [from, to) and returns how many it compared.
-func compareStores(t *testing.T, a, b string, from, to pg.LSN) int64 {
-	t.Helper()
-	const seg = pg.WALSegmentSize
-	var n int64
-	for p := from; p < to; {
-		no := uint64(p) / seg
-		end := min(to, pg.LSN((no+1)*seg))
-		off, k := uint64(p)%seg, uint64(end-p)
-		x := readFile(t, filepath.Join(a, "pg_wal", walSeg(no)))
-		y := readFile(t, filepath.Join(b, "pg_wal", walSeg(no)))
-		if uint64(len(x)) < off+k || uint64(len(y)) < off+k || x[off:off+k] != y[off:off+k] {
-			t.Fatalf("segment %s differs between %s and %s in [%s, %s)", walSeg(no), a, b, p, end)
-		}
-		n += int64(k)
-		p = end
-	}
-	return n
 }
 
 func walSeg(no uint64) string { return walstore.SegmentName(1, no, pg.WALSegmentSize) }

@@ -90,20 +90,27 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // walDir equal Postgres' pg_wal. It returns the number of bytes compared.
 func CompareWAL(t testing.TB, srv *pgtest.Server, walDir string, from, to pg.LSN) int64 {
 	t.Helper()
+	return CompareWALDirs(t, walDir, filepath.Join(srv.DataDir, "pg_wal"), from, to)
+}
+
+// CompareWALDirs checks that two folders of WAL segment files hold the same
+// bytes in [from, to) and returns how many it compared.
+func CompareWALDirs(t testing.TB, mineDir, theirsDir string, from, to pg.LSN) int64 {
+	t.Helper()
 	const seg = pg.WALSegmentSize
 	var n int64
 	for p := from; p < to; {
 		no := uint64(p) / seg
 		end := min(to, pg.LSN((no+1)*seg))
 		name := segName(no)
-		mine := readRange(t, filepath.Join(walDir, name), int64(uint64(p)%seg), int64(end-p))
-		theirs := readRange(t, filepath.Join(srv.DataDir, "pg_wal", name), int64(uint64(p)%seg), int64(end-p))
+		mine := readRange(t, filepath.Join(mineDir, name), int64(uint64(p)%seg), int64(end-p))
+		theirs := readRange(t, filepath.Join(theirsDir, name), int64(uint64(p)%seg), int64(end-p))
 		if !bytes.Equal(mine, theirs) {
 			i := 0
 			for i < len(mine) && mine[i] == theirs[i] {
 				i++
 			}
-			t.Fatalf("WAL in %s differs from pg_wal/%s at LSN %s", walDir, name, p+pg.LSN(i))
+			t.Fatalf("WAL in %s differs from %s/%s at LSN %s", mineDir, theirsDir, name, p+pg.LSN(i))
 		}
 		n += int64(len(mine))
 		p = end
