@@ -28,6 +28,13 @@ func (a *Agent) joinLate(ctx context.Context) {
 	t := time.NewTicker(joinEvery)
 	defer t.Stop()
 	postgres := "127.0.0.1:" + strconv.Itoa(a.cfg.Port)
+	// A safekeeper whose join failed is tried again after a backoff
+	// (joinEvery, doubling up to a minute), not on every round.
+	type retry struct {
+		at    time.Time
+		delay time.Duration
+	}
+	retries := map[string]retry{}
 	for {
 		a.mu.Lock()
 		term, req, ids := a.term, a.accept, slices.Clone(a.syncIDs)
@@ -64,15 +71,23 @@ func (a *Agent) joinLate(ctx context.Context) {
 				continue // a newer compute's; the fence is for Postgres to meet
 			}
 			if !inTerm(st) {
+				if r, ok := retries[addr]; ok && time.Now().Before(r.at) {
+					continue
+				}
 				jctx, cancel := context.WithTimeout(ctx, time.Minute)
 				err := safekeeper.Join(jctx, addr, req, postgres)
 				cancel()
 				if err != nil {
+					r := retries[addr]
+					r.delay = min(max(2*r.delay, joinEvery), time.Minute)
+					r.at = time.Now().Add(r.delay)
+					retries[addr] = r
 					if ctx.Err() == nil {
-						a.log.Warn().Err(err).Str("safekeeper", st.ID).Uint64("term", term).Msg("a safekeeper that missed the election could not join the term; will retry")
+						a.log.Warn().Err(err).Str("safekeeper", st.ID).Uint64("term", term).Dur("retry_in", r.delay).Msg("a safekeeper that missed the election could not join the term")
 					}
 					continue
 				}
+				delete(retries, addr)
 			}
 			ids = append(ids, st.ID)
 			added = true
