@@ -116,6 +116,12 @@ func launch(spec Spec, kind string, version int, shim goplugin.Plugin, opts Opti
 	plog := log.With().Str("plugin", spec.Name).Str("kind", kind).Logger()
 	cmd := exec.Command(spec.Path, spec.Args...)
 	dieWithHost(cmd)
+	if dir, err := socketDir(); err == nil {
+		// go-plugin adds the host's environment after this.
+		cmd.Env = []string{goplugin.EnvUnixSocketDir + "=" + dir}
+	} else {
+		log.Warn().Err(err).Msg("no private folder for plugin sockets; they go to the temporary folder")
+	}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{version: {kind: shim}},

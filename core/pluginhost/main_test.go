@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+	if socketDirOnce.dir != "" {
+		_ = os.RemoveAll(socketDirOnce.dir)
+	}
 	os.Exit(code)
 }
 
