@@ -23,16 +23,7 @@ import (
 // streams to the new term with every acknowledged commit kept.
 func TestElectionWithProcesses(t *testing.T) {
 	c := startProcCluster(t)
-	waitSync(t, c.srv, 3)
-	l := startLedger(t, c.srv, 2)
-	testpg.WaitFor(t, 30*time.Second, "ledger commits", func() bool { return l.count() > 100 })
-	c.kill(2, syscall.SIGKILL) // sk3 lags from here on
-	n0 := l.count()
-	testpg.WaitFor(t, 30*time.Second, "commits without sk3", func() bool { return l.count() > n0+150 })
-	// The compute crashes.
-	c.srv.Kill9()
-	l.stop()
-	acked := append([]string(nil), l.acked...)
+	acked := c.crashWithSk3Behind()
 	c.start(2)
 	testpg.WaitFor(t, 30*time.Second, "sk3 up", func() bool { _, err := c.status(2); return err == nil })
 	st3, _ := c.status(2)
@@ -70,15 +61,7 @@ func TestElectionWithProcesses(t *testing.T) {
 
 	// The compute restarts (crash recovery from its own pg_wal) and streams
 	// to the safekeepers of term 1.
-	c.srv.Launch()
-	waitSync(t, c.srv, 3)
-	if got := c.srv.QueryString("postgres", "SELECT count(*)::text FROM ledger WHERE payload = ANY($1)", acked); got != itoa(len(acked)) {
-		t.Fatalf("after the compute restart, %s of %d acknowledged rows remain", got, len(acked))
-	}
-	l2 := startLedger(t, c.srv, 2)
-	testpg.WaitFor(t, 30*time.Second, "commits in term 1", func() bool { return l2.count() > 100 })
-	l2.stop()
-	c.compareAll()
+	c.restartInTerm(acked)
 }
 
 // TestJoinAfterElection: a safekeeper that is down during an election
@@ -87,15 +70,7 @@ func TestElectionWithProcesses(t *testing.T) {
 // WAL then equals the others'; a Join for an older term is fenced.
 func TestJoinAfterElection(t *testing.T) {
 	c := startProcCluster(t)
-	waitSync(t, c.srv, 3)
-	l := startLedger(t, c.srv, 2)
-	testpg.WaitFor(t, 30*time.Second, "ledger commits", func() bool { return l.count() > 100 })
-	c.kill(2, syscall.SIGKILL)
-	n0 := l.count()
-	testpg.WaitFor(t, 30*time.Second, "commits without sk3", func() bool { return l.count() > n0+100 })
-	c.srv.Kill9()
-	l.stop()
-	acked := append([]string(nil), l.acked...)
+	acked := c.crashWithSk3Behind()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -126,6 +101,33 @@ func TestJoinAfterElection(t *testing.T) {
 		t.Fatalf("a join for term 0 after term 1: %v", err)
 	}
 	// Postgres comes back and streams to all three in term 1.
+	c.restartInTerm(acked)
+}
+
+// crashWithSk3Behind runs a ledger, kills sk3 (it lags from there on),
+// commits more, then kills Postgres with SIGKILL (the compute crashes); it
+// returns the ledger's acknowledged payloads.
+func (c *procCluster) crashWithSk3Behind() []string {
+	t := c.t
+	t.Helper()
+	waitSync(t, c.srv, 3)
+	l := startLedger(t, c.srv, 2)
+	testpg.WaitFor(t, 30*time.Second, "ledger commits", func() bool { return l.count() > 100 })
+	c.kill(2, syscall.SIGKILL)
+	n0 := l.count()
+	testpg.WaitFor(t, 30*time.Second, "commits without sk3", func() bool { return l.count() > n0+150 })
+	c.srv.Kill9()
+	l.stop()
+	return append([]string(nil), l.acked...)
+}
+
+// restartInTerm launches the crashed Postgres again (crash recovery from
+// its own pg_wal) and checks that it streams to all three safekeepers of
+// the new term: every acknowledged row is there, new commits are
+// acknowledged, and every safekeeper's WAL equals pg_wal.
+func (c *procCluster) restartInTerm(acked []string) {
+	t := c.t
+	t.Helper()
 	c.srv.Launch()
 	waitSync(t, c.srv, 3)
 	if got := c.srv.QueryString("postgres", "SELECT count(*)::text FROM ledger WHERE payload = ANY($1)", acked); got != itoa(len(acked)) {

@@ -38,16 +38,13 @@ func (g *gatedBackend) Send(context.Context) error {
 	return nil
 }
 
-// TestSendOnlySync: while the mount is in send-only mode (Postgres in crash
-// recovery), fsync returns once the mutations are sent, without waiting for
-// durability; after SetSyncDurable(true) fsync waits until the Backend says
-// the writes are durable.
-func TestSendOnlySync(t *testing.T) {
-	e := newEnv(t)
+// mountGated mounts opts over a gatedBackend on e; the cleanup releases
+// the backend and unmounts.
+func mountGated(t *testing.T, e *mountEnv, opts Options) (*gatedBackend, *FS) {
+	t.Helper()
 	be := &gatedBackend{Memory: NewMemory(), release: make(chan struct{})}
-	f, err := Mount(context.Background(), e.mnt, Options{
-		Backend: be, WALScratch: e.scratch, UID: e.uid, GID: e.gid, SendOnlySync: true, Log: zerolog.Nop(),
-	})
+	opts.Backend, opts.WALScratch, opts.UID, opts.GID, opts.Log = be, e.scratch, e.uid, e.gid, zerolog.Nop()
+	f, err := Mount(context.Background(), e.mnt, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +59,16 @@ func TestSendOnlySync(t *testing.T) {
 		}
 		MountpointCleanup(e.mnt)
 	})
+	return be, f
+}
+
+// TestSendOnlySync: while the mount is in send-only mode (Postgres in crash
+// recovery), fsync returns once the mutations are sent, without waiting for
+// durability; after SetSyncDurable(true) fsync waits until the Backend says
+// the writes are durable.
+func TestSendOnlySync(t *testing.T) {
+	e := newEnv(t)
+	be, f := mountGated(t, e, Options{SendOnlySync: true})
 	if f.SyncDurable() {
 		t.Fatal("SendOnlySync mount reports durable fsync")
 	}
@@ -115,24 +122,8 @@ func TestSendOnlySync(t *testing.T) {
 // rename into the named path too, while every other fsync still waits.
 func TestSendOnlyPath(t *testing.T) {
 	e := newEnv(t)
-	be := &gatedBackend{Memory: NewMemory(), release: make(chan struct{})}
-	f, err := Mount(context.Background(), e.mnt, Options{
-		Backend: be, WALScratch: e.scratch, UID: e.uid, GID: e.gid, Log: zerolog.Nop(),
+	be, _ := mountGated(t, e, Options{
 		SendOnlyPath: func(p string) bool { return p == "slots" || strings.HasPrefix(p, "slots/") },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		select {
-		case <-be.release:
-		default:
-			close(be.release)
-		}
-		if mounted(e.mnt) {
-			f.Unmount()
-		}
-		MountpointCleanup(e.mnt)
 	})
 	syncs := func(path string) chan error {
 		done := make(chan error, 1)
