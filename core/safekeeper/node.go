@@ -28,6 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	coremetrics "github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/safekeeper/archive"
@@ -665,20 +667,46 @@ func (n *Node) Accept(ctx context.Context, req election.AcceptRequest, postgres 
 }
 
 // fetchFrom copies WAL [from, to) from the safekeeper at addr.
+//
+// A peer that was down when this node last called it (all three
+// safekeepers start together at `strata up`) leaves its connection failing
+// fast with Unavailable until gRPC's reconnect backoff ends, even once the
+// peer is back: an election whose voters catch up from it would fail. So
+// an Unavailable peer is asked again, from where the copy got to, for up
+// to fetchRetryFor.
 func (n *Node) fetchFrom(ctx context.Context, addr string, from, to pg.LSN) error {
 	c, err := n.peerClient(addr)
 	if err != nil {
 		return err
 	}
-	err = c.ReadWAL(ctx, from, to, server.BoundFlush, func(lsn pg.LSN, data []byte) error {
-		return n.st.Write(lsn, data)
-	})
+	deadline := time.Now().Add(fetchRetryFor)
+	for {
+		err = c.ReadWAL(ctx, from, to, server.BoundFlush, func(lsn pg.LSN, data []byte) error {
+			return n.st.Write(lsn, data)
+		})
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		if from = max(from, n.st.WriteLSN()); from >= to {
+			err = nil
+			break
+		}
+		n.log.Info().Err(err).Str("peer", addr).Msg("safekeeper: peer unavailable for a catch-up; asking again")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return err
 	}
 	_, err = n.st.Flush()
 	return err
 }
+
+// fetchRetryFor bounds how long fetchFrom asks an Unavailable peer again.
+const fetchRetryFor = 15 * time.Second
 
 func (n *Node) peerClient(addr string) (*server.Client, error) {
 	for _, p := range n.peers {
