@@ -745,6 +745,19 @@ func (a *Agent) elect(ctx context.Context) (uint64, []string, safekeeper.Elected
 			a.log.Info().Uint64("term", term).Str("durable_end", el.End.String()).Strs("safekeepers", ids).Msg("elected")
 			return term, ids, el, nil
 		}
+		if errors.Is(err, safekeeper.ErrNoQuorum) && try < 5 {
+			// Safekeepers that were just started may fail a vote or an
+			// accept (a catch-up from a peer not reachable yet): a new
+			// term in a moment.
+			a.log.Warn().Err(err).Uint64("term", term).Msg("election failed; trying again with a higher term")
+			select {
+			case <-ctx.Done():
+				return 0, nil, safekeeper.Elected{}, fmt.Errorf("agent: election for term %d: %w", term, err)
+			case <-time.After(time.Second):
+			}
+			top = term
+			continue
+		}
 		if !errors.Is(err, safekeeper.ErrFenced) || try >= 5 {
 			return 0, nil, safekeeper.Elected{}, fmt.Errorf("agent: election for term %d: %w", term, err)
 		}
