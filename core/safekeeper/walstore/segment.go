@@ -98,6 +98,9 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 	flag := os.O_RDWR
 	if create {
 		flag |= os.O_CREATE
+		if _, err := os.Stat(dp); errors.Is(err, os.ErrNotExist) {
+			s.takeSpare(dp)
+		}
 	}
 	data, err := os.OpenFile(dp, flag, 0o600)
 	if err != nil {
@@ -111,13 +114,15 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 	seg := &segment{no: no, data: data, side: side, dirtyLo: -1, lastLo: -1, lastHi: -1}
 	nblocks := int(s.segSize / BlockSize)
 	if create {
-		if err := preallocate(data, int64(s.segSize)); err != nil {
+		// Written zeros, not fallocate, in both files (see spare.go): a
+		// data write must need no metadata change, or every Flush commits
+		// the filesystem journal; an entry overwrite must need none so that
+		// it is durable once written to the device and a cache flush
+		// follows (see Flush).
+		if err := zeroFill(data, int64(s.segSize)); err != nil {
 			seg.close()
 			return nil, err
 		}
-		// Written zeros, not fallocate: an entry overwrite must need no
-		// metadata, so that it is durable once written to the device and a
-		// cache flush follows (see Flush).
 		if err := zeroFill(side, int64(nblocks*entrySize)); err != nil {
 			seg.close()
 			return nil, err
@@ -160,21 +165,6 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 	seg.durable = append([]blockEntry(nil), seg.entries...)
 	s.segs[no] = seg
 	return seg, nil
-}
-
-// zeroFill makes f size bytes of written zeros (unless it is that long).
-func zeroFill(f *os.File, size int64) error {
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("walstore: %w", err)
-	}
-	if st.Size() >= size {
-		return nil
-	}
-	if _, err := f.WriteAt(make([]byte, size-st.Size()), st.Size()); err != nil {
-		return fmt.Errorf("walstore: size %s: %w", f.Name(), err)
-	}
-	return nil
 }
 
 // convertEntries rewrites a checksum file of the first format (8-byte
@@ -225,24 +215,6 @@ func (s *Store) convertEntries(side *os.File, nblocks int) (*os.File, error) {
 	}
 	s.opts.Logger.Info().Str("file", side.Name()).Msg("walstore: checksum file converted to the current format")
 	return nf, nil
-}
-
-func preallocate(f *os.File, size int64) error {
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("walstore: %w", err)
-	}
-	if st.Size() >= size {
-		return nil
-	}
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
-		// Not every filesystem supports fallocate; a sparse file still reads
-		// as zeros.
-		if err := f.Truncate(size); err != nil {
-			return fmt.Errorf("walstore: size %s: %w", f.Name(), err)
-		}
-	}
-	return nil
 }
 
 func readEntries(side *os.File, nblocks int) ([]diskEntry, error) {

@@ -97,6 +97,13 @@ type Store struct {
 	flushCh  chan struct{}   // closed and replaced when flushLSN advances
 	closed   bool
 
+	// The spare segment (spare.go).
+	spareReady bool // under mu
+	spareWant  chan struct{}
+	spareStop  chan struct{}
+	spareDone  chan struct{}
+	spareOnce  sync.Once
+
 	readHook func() // tests: runs in Read between taking the file and reading it
 }
 
@@ -133,6 +140,7 @@ func Open(opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.startSpare()
 	return s, nil
 }
 
@@ -945,6 +953,7 @@ func (s *Store) RemoveBefore(lsn pg.LSN) error {
 
 // Close releases the files. It does not flush.
 func (s *Store) Close() error {
+	s.stopSpare()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
