@@ -294,6 +294,13 @@ func writeOut(f *os.File, off, n int64) error {
 	return nil
 }
 
+// startWrite starts writeback of f's dirty pages in [off, off+n) without
+// waiting for it. Best effort: writeOut or fdatasync, which follow, are
+// what make the pages durable, so an error here is left to them.
+func startWrite(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
 func datasync(f *os.File) error {
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		return fmt.Errorf("walstore: fdatasync %s: %w", f.Name(), err)

@@ -587,6 +587,17 @@ func (s *Store) Flush() (pg.LSN, error) {
 		}
 	}
 	if !s.opts.NoSync {
+		// Start the device writes of the entries and of the WAL bytes
+		// together, so that the two overlap, then wait for the entries'
+		// (the fdatasync below waits for the bytes' and flushes the cache).
+		for _, p := range pend {
+			startWrite(p.seg.side, int64(p.lo*entrySize), int64(len(p.ents)*entrySize))
+		}
+		for _, p := range pend {
+			if p.dirty {
+				startWrite(p.seg.data, int64(p.dLo*BlockSize), int64((p.dHi-p.dLo+1)*BlockSize))
+			}
+		}
 		for _, p := range pend {
 			if err := writeOut(p.seg.side, int64(p.lo*entrySize), int64(len(p.ents)*entrySize)); err != nil {
 				return fail(err)
