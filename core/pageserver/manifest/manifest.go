@@ -231,12 +231,9 @@ func (r *Remote) UploadLayers(ctx context.Context, tl pg.TimelineID, dir string,
 }
 
 func (r *Remote) uploadFile(ctx context.Context, key, path string, size int64) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return r.Store.Put(ctx, key, f, objectstore.PutOptions{Size: size})
+	// Layer files are immutable: a store that can take the file without
+	// copying it (the fs store's hard link) may.
+	return objectstore.PutFile(ctx, r.Store, key, path, objectstore.PutOptions{Size: size})
 }
 
 // Publish creates manifest-<m.Generation> with a conditional create. It

@@ -9,7 +9,9 @@
 // fails with EEXIST for every racer but one), and fsyncs the directories it
 // changed, so an object that Put acknowledged survives a crash, and a crash
 // never leaves a partial object under its key. Temporary files of a crashed
-// process are removed by the next New on the same root.
+// process are removed by the next New on the same root. PutFile
+// (objectstore.FilePutter, putfile.go) stores an immutable file, such as a
+// pageserver layer, as a hard link when it is on the root's filesystem.
 //
 // Layout: key "layers/t1/000001" is the file Root/layers%/t1%/000001.
 // Directories carry a trailing '%' (and '%' in a key is escaped as "%25")

@@ -114,6 +114,7 @@ func RunOptions(t *testing.T, open func(t *testing.T) objectstore.Store, opts Op
 		{"ListStopsOnError", s.testListStopsOnError},
 		{"ListPagination", s.testListPagination},
 		{"ConditionalCreate", s.testConditionalCreate},
+		{"PutFile", s.testPutFile},
 		{"ConditionalCreateRace", s.testConditionalCreateRace},
 		{"ConcurrentWriters", s.testConcurrentWriters},
 		{"FailedPutInvisible", s.testFailedPut},

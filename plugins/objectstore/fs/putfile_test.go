@@ -1,0 +1,108 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/sdk/objectstore"
+)
+
+// On the root's filesystem PutFile makes the object a hard link to the
+// file (no byte copied), also through the wrappers strata puts around
+// every store; from another filesystem it copies.
+func TestPutFileLinksOnTheSameFilesystem(t *testing.T) {
+	root := t.TempDir()
+	s := open(t, Config{Root: root})
+	reg := prometheus.NewRegistry()
+	st := objectstore.WithRetry(objectstore.WithMetrics(s, reg, "fs"), objectstore.DefaultRetryPolicy(), zerolog.Nop())
+	ctx := context.Background()
+
+	src := filepath.Join(root, "..", filepath.Base(root)+"-layer")
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(src)
+	if err := objectstore.PutFile(ctx, st, "layers/t/1", src, objectstore.PutOptions{Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := s.Path("layers/t/1")
+	a, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(a, b) {
+		t.Fatal("the object is a copy, not a link to the file")
+	}
+	if b.Mode().Perm() != 0o644 {
+		t.Fatalf("object mode %v, want 0644", b.Mode().Perm())
+	}
+	if got := writtenBytes(t, reg); got != float64(len(data)) {
+		t.Fatalf("written bytes metric %v, want %d", got, len(data))
+	}
+	if n := tmpEntries(t, s); n != 0 {
+		t.Fatalf("%d files left in the temporary area", n)
+	}
+
+	// Another filesystem: a copy.
+	shm, err := os.MkdirTemp("/dev/shm", "strata-putfile-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	defer os.RemoveAll(shm)
+	src2 := filepath.Join(shm, "layer")
+	if err := os.WriteFile(src2, data[:1000], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := objectstore.PutFile(ctx, st, "layers/t/2", src2, objectstore.PutOptions{Size: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	path2, _ := s.Path("layers/t/2")
+	c, err := os.Stat(path2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := os.Stat(src2)
+	if os.SameFile(c, d) || c.Size() != 1000 {
+		t.Fatalf("cross-filesystem PutFile: same file %v, size %d", os.SameFile(c, d), c.Size())
+	}
+	if n := tmpEntries(t, s); n != 0 {
+		t.Fatalf("%d files left in the temporary area", n)
+	}
+}
+
+func tmpEntries(t *testing.T, s *Store) int {
+	t.Helper()
+	es, err := os.ReadDir(s.tmp.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+func writtenBytes(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "strata_objectstore_written_bytes_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no strata_objectstore_written_bytes_total")
+	return 0
+}
