@@ -788,7 +788,7 @@ func (t *Timeline) background() {
 		if err := t.Compact(ctx, false); err != nil {
 			t.log.Error().Err(err).Msg("compaction")
 		}
-		if n, b := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b) {
+		if n, b, img := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b, img) {
 			if err := t.CreateImageLayer(ctx, t.LSNs().Durable); err != nil {
 				t.log.Error().Err(err).Msg("image layer")
 			}
@@ -817,8 +817,9 @@ func (t *Timeline) background() {
 }
 
 // deltasSinceImage counts the delta layers (and their bytes) that end
-// above the newest image layer.
-func (t *Timeline) deltasSinceImage() (int, int64) {
+// above the newest image layer, and the bytes of the image layers at that
+// image's LSN (one CreateImageLayer's files).
+func (t *Timeline) deltasSinceImage() (n int, b, image int64) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var img pg.LSN
@@ -827,12 +828,14 @@ func (t *Timeline) deltasSinceImage() (int, int64) {
 			img = max(img, h.desc.LSNStart)
 		}
 	}
-	n, b := 0, int64(0)
 	for _, h := range t.layers.All() {
-		if h.desc.IsDelta() && h.desc.LSNEnd > img+1 {
+		switch {
+		case h.desc.IsDelta() && h.desc.LSNEnd > img+1:
 			n++
 			b += h.desc.Size
+		case !h.desc.IsDelta() && img > 0 && h.desc.LSNStart == img:
+			image += h.desc.Size
 		}
 	}
-	return n, b
+	return n, b, image
 }

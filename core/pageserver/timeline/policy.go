@@ -32,9 +32,10 @@ type ImagePolicy interface {
 	MaterializeAfter() int
 	// WantImageLayer reports whether to write an image layer for the whole
 	// key space now, given the delta layers written since the last image
-	// layer (count and bytes). Image layers bound reads and let GC drop
-	// the deltas below them.
-	WantImageLayer(deltaLayers int, deltaBytes int64) bool
+	// layer (count and bytes) and the bytes of that last image layer (0
+	// when there is none), about what the next one will cost to write.
+	// Image layers bound reads and let GC drop the deltas below them.
+	WantImageLayer(deltaLayers int, deltaBytes, imageBytes int64) bool
 }
 
 // KeyPolicy is an ImagePolicy that decides per key, from the key's history
@@ -48,10 +49,16 @@ type KeyPolicy interface {
 
 // WritebackPolicy: images come from the compute's page writes; every version
 // is already an image, so no materialization is needed. Image layers are
-// written once enough delta bytes piled up (so GC can drop old layers).
+// written once enough delta bytes piled up (so GC can drop old layers):
+// ImageLayerBytes, and at least as many as the last image layer holds. An
+// image layer rewrites every page of the database, so with a fixed limit
+// the bytes written for images per byte of page writes grew with the
+// database (a 4 GB database rewritten after every 256 MiB of writes: 16
+// bytes per byte); with the image's size as a floor it stays at most one.
 type WritebackPolicy struct {
 	// ImageLayerBytes: write an image layer after this many delta bytes
-	// (0: 256 MiB).
+	// (0: 256 MiB), or after as many as the last image layer's, whichever
+	// is more.
 	ImageLayerBytes int64
 }
 
@@ -62,12 +69,12 @@ func (WritebackPolicy) Name() string { return "writeback" }
 func (WritebackPolicy) MaterializeAfter() int { return 0 }
 
 // WantImageLayer implements ImagePolicy.
-func (p WritebackPolicy) WantImageLayer(n int, b int64) bool {
+func (p WritebackPolicy) WantImageLayer(n int, b, image int64) bool {
 	lim := p.ImageLayerBytes
 	if lim == 0 {
 		lim = 256 << 20
 	}
-	return b >= lim
+	return b >= max(lim, image)
 }
 
 // FPIPolicy: images come from full page images in the WAL (Postgres with

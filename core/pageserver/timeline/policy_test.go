@@ -265,3 +265,77 @@ func TestDueImagesTwiceInOneBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestWritebackImageLayerRule: an image layer is wanted after
+// ImageLayerBytes of deltas, and never before the deltas reach the last
+// image layer's size, so image writes stay at most one byte per byte of
+// page writes however big the database is.
+func TestWritebackImageLayerRule(t *testing.T) {
+	p := WritebackPolicy{ImageLayerBytes: 100}
+	for _, c := range []struct {
+		deltas, image int64
+		want          bool
+	}{
+		{99, 0, false}, {100, 0, true}, // no image yet: the fixed limit
+		{100, 50, true}, {150, 400, false}, {400, 400, true}, // the image's size as a floor
+	} {
+		if got := p.WantImageLayer(3, c.deltas, c.image); got != c.want {
+			t.Errorf("WantImageLayer(deltas %d, image %d) = %v, want %v", c.deltas, c.image, got, c.want)
+		}
+	}
+	if (WritebackPolicy{}).WantImageLayer(1, 255<<20, 0) || !(WritebackPolicy{}).WantImageLayer(1, 256<<20, 0) {
+		t.Error("the default limit is not 256 MiB")
+	}
+}
+
+// TestDeltasSinceImage: the timeline reports the deltas above the newest
+// image layer and that image layer's bytes, which the policy weighs.
+func TestDeltasSinceImage(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	tl := openT(t, t.TempDir(), commit, nil, pg.TimelineID{0xD1}, nil, 0)
+	defer tl.Close()
+	w := pg.LSN(100)
+	put := func(blocks int) {
+		t.Helper()
+		var ws []PageWrite
+		for i := 0; i < blocks; i++ {
+			ws = append(ws, PageWrite{Page: rel.Page(uint32(i)), W: w, Data: page(byte(w))})
+		}
+		w += 10
+		if _, err := tl.PutPages(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(64)
+	if n, b, img := tl.deltasSinceImage(); n == 0 || b < 64*pg.BlockSize || img != 0 {
+		t.Fatalf("before any image: %d deltas, %d bytes, image %d", n, b, img)
+	}
+	if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
+		t.Fatal(err)
+	}
+	n, b, img := tl.deltasSinceImage()
+	if n != 0 || b != 0 || img < 64*pg.BlockSize {
+		t.Fatalf("after the image: %d deltas, %d bytes, image %d", n, b, img)
+	}
+	put(8)
+	n, b, img2 := tl.deltasSinceImage()
+	if n == 0 || b == 0 || b >= img || img2 != img {
+		t.Fatalf("after 8 more pages: %d deltas, %d bytes, image %d (was %d)", n, b, img2, img)
+	}
+	p := WritebackPolicy{ImageLayerBytes: 1}
+	if p.WantImageLayer(n, b, img2) {
+		t.Fatal("an image layer wanted with fewer delta bytes than the last image holds")
+	}
+	for b < img {
+		put(64)
+		n, b, img2 = tl.deltasSinceImage()
+	}
+	if !p.WantImageLayer(n, b, img2) {
+		t.Fatal("no image layer wanted once the deltas outgrew the last image")
+	}
+}
