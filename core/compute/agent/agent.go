@@ -1090,18 +1090,24 @@ func (a *Agent) stop() error {
 	a.mu.Lock()
 	p, done, f := a.proc, a.done, a.fs
 	a.mu.Unlock()
-	if f != nil && a.cfg.PageSource == PageSourceRedo {
+	if f != nil {
 		// W is the end of the WAL Postgres wrote, not of what it flushed.
-		// With wal_log_hints on (redo mode) WAL is written past the flush
-		// point by then, and once the shutdown has stopped the WAL writer
+		// WAL can be written past the flush point when the shutdown
+		// starts (wal_log_hints in redo mode; in either mode, a record
+		// that the WAL writer wrote without flushing, such as the
+		// full_page_writes change of a reload just before, or WAL that
+		// full WAL buffers pushed out for a transaction the shutdown
+		// aborts), and once the shutdown has stopped the WAL writer
 		// nothing flushes it before the shutdown checkpoint's fsyncs: a
 		// durable fsync would wait for WAL the safekeepers never get
-		// (seen: the checkpointer stuck in fsync, the walsenders idle at
-		// the flush point). So fsync only sends from here on, as before
-		// the safekeepers stream; the pageserver's gate still makes
-		// nothing durable before its WAL, and teardown waits (bounded)
-		// until everything is durable once Postgres has flushed and
-		// streamed its shutdown checkpoint.
+		// (seen in redo mode, and in writeback mode on a bench restart
+		// right after a reload: the checkpointer stuck in fsync, the
+		// walsenders idle at the flush point, the pageserver's commit LSN
+		// 224 bytes short of W, `strata down` killed after 5 minutes). So
+		// fsync only sends from here on, as before the safekeepers stream;
+		// the pageserver's gate still makes nothing durable before its
+		// WAL, and teardown waits (bounded) until everything is durable
+		// once Postgres has flushed and streamed its shutdown checkpoint.
 		f.SetSyncDurable(false)
 	}
 	var errs []error
