@@ -119,11 +119,11 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 		// the filesystem journal; an entry overwrite must need none so that
 		// it is durable once written to the device and a cache flush
 		// follows (see Flush).
-		if err := zeroFill(data, int64(s.segSize)); err != nil {
+		if err := zeroFill(data, int64(s.segSize), nil); err != nil {
 			seg.close()
 			return nil, err
 		}
-		if err := zeroFill(side, int64(nblocks*entrySize)); err != nil {
+		if err := zeroFill(side, int64(nblocks*entrySize), nil); err != nil {
 			seg.close()
 			return nil, err
 		}

@@ -107,24 +107,10 @@ func (s *Store) makeSpare() error {
 	if err != nil {
 		return fmt.Errorf("walstore: spare segment: %w", err)
 	}
-	err = func() error {
-		zero := make([]byte, zeroChunk)
-		for off := int64(0); off < int64(s.segSize); off += zeroChunk {
-			select {
-			case <-s.spareStop:
-				return errSpareStopped
-			default:
-			}
-			n := min(int64(zeroChunk), int64(s.segSize)-off)
-			if _, err := f.WriteAt(zero[:n], off); err != nil {
-				return fmt.Errorf("walstore: spare segment: %w", err)
-			}
-		}
-		if !s.opts.NoSync {
-			return datasync(f)
-		}
-		return nil
-	}()
+	err = zeroFill(f, int64(s.segSize), s.spareStop)
+	if err == nil && !s.opts.NoSync {
+		err = datasync(f)
+	}
 	f.Close()
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(s.opts.Dir, spareName))
@@ -135,31 +121,35 @@ func (s *Store) makeSpare() error {
 	return err
 }
 
-// takeSpare moves the ready spare segment to path and asks for the next
-// one. It reports whether there was one. REQUIRES: s.mu held.
-func (s *Store) takeSpare(path string) bool {
+// takeSpare moves the ready spare segment to path, if there is one, and
+// asks for the next one. Without a spare, path stays absent and the caller
+// zero-fills the new segment. REQUIRES: s.mu held.
+func (s *Store) takeSpare(path string) {
+	defer s.wantSpare()
 	if !s.spareReady {
-		s.wantSpare()
-		return false
+		return
 	}
 	s.spareReady = false
-	defer s.wantSpare()
 	if err := os.Rename(filepath.Join(s.opts.Dir, spareName), path); err != nil {
 		s.opts.Logger.Warn().Err(err).Msg("walstore: taking the spare segment failed; zero-filling the new segment")
-		return false
 	}
-	return true
 }
 
 // zeroFill makes f size bytes of written zeros (unless it is that long),
-// 1 MiB at a time.
-func zeroFill(f *os.File, size int64) error {
+// 1 MiB at a time. A close of stop (nil: never) between two writes ends it
+// with errSpareStopped.
+func zeroFill(f *os.File, size int64, stop <-chan struct{}) error {
 	st, err := f.Stat()
 	if err != nil {
 		return fmt.Errorf("walstore: %w", err)
 	}
 	zero := make([]byte, min(zeroChunk, size))
 	for off := st.Size(); off < size; off += int64(len(zero)) {
+		select {
+		case <-stop:
+			return errSpareStopped
+		default:
+		}
 		n := min(int64(len(zero)), size-off)
 		if _, err := f.WriteAt(zero[:n], off); err != nil {
 			return fmt.Errorf("walstore: size %s: %w", f.Name(), err)

@@ -34,20 +34,12 @@ func TestPutFileLinksOnTheSameFilesystem(t *testing.T) {
 	if err := objectstore.PutFile(ctx, st, "layers/t/1", src, objectstore.PutOptions{Size: int64(len(data))}); err != nil {
 		t.Fatal(err)
 	}
-	path, _ := s.Path("layers/t/1")
-	a, err := os.Stat(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !os.SameFile(a, b) {
+	same, obj := sameFile(t, s, "layers/t/1", src)
+	if !same {
 		t.Fatal("the object is a copy, not a link to the file")
 	}
-	if b.Mode().Perm() != 0o644 {
-		t.Fatalf("object mode %v, want 0644", b.Mode().Perm())
+	if obj.Mode().Perm() != 0o644 {
+		t.Fatalf("object mode %v, want 0644", obj.Mode().Perm())
 	}
 	if got := writtenBytes(t, reg); got != float64(len(data)) {
 		t.Fatalf("written bytes metric %v, want %d", got, len(data))
@@ -69,18 +61,31 @@ func TestPutFileLinksOnTheSameFilesystem(t *testing.T) {
 	if err := objectstore.PutFile(ctx, st, "layers/t/2", src2, objectstore.PutOptions{Size: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	path2, _ := s.Path("layers/t/2")
-	c, err := os.Stat(path2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := os.Stat(src2)
-	if os.SameFile(c, d) || c.Size() != 1000 {
-		t.Fatalf("cross-filesystem PutFile: same file %v, size %d", os.SameFile(c, d), c.Size())
+	if same, obj := sameFile(t, s, "layers/t/2", src2); same || obj.Size() != 1000 {
+		t.Fatalf("cross-filesystem PutFile: same file %v, size %d", same, obj.Size())
 	}
 	if n := tmpEntries(t, s); n != 0 {
 		t.Fatalf("%d files left in the temporary area", n)
 	}
+}
+
+// sameFile reports whether key's object is the file src (a hard link),
+// and returns the object's file info.
+func sameFile(t *testing.T, s *Store, key, src string) (bool, os.FileInfo) {
+	t.Helper()
+	path, err := s.Path(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(obj, f), obj
 }
 
 func tmpEntries(t *testing.T, s *Store) int {
