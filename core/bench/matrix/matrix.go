@@ -89,6 +89,12 @@ type Matrix struct {
 	// strata pageserver turns a clone into image layers and uploads them,
 	// background work that would otherwise run into the window.
 	Settle string `yaml:"settle"`
+	// Prewarm reads every relation of each run's database into
+	// shared_buffers (pg_prewarm) after its clone, before ramp-up, so that
+	// the window starts from the same warm cache on every target: a
+	// stock target would otherwise find the clone's pages in the OS page
+	// cache, a strata one fetches each from the pageserver.
+	Prewarm bool `yaml:"prewarm"`
 	// Verify runs the TPC-C consistency checks after each run (default true).
 	Verify *bool `yaml:"verify"`
 }

@@ -288,6 +288,29 @@ func execOn(ctx context.Context, base, db, q string) error {
 	return err
 }
 
+// prewarm loads every table, index and TOAST table of db into
+// shared_buffers with pg_prewarm; it returns the time taken and the
+// blocks read.
+func prewarm(ctx context.Context, base, db string) (time.Duration, int64, error) {
+	start := time.Now()
+	c, err := tpcc.Connect(ctx, base, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_prewarm"); err != nil {
+		return 0, 0, fmt.Errorf("prewarm: the pg_prewarm extension (PostgreSQL contrib) is needed: %w", err)
+	}
+	var blocks int64
+	q := `SELECT coalesce(sum(pg_prewarm(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'i', 't', 'm') AND c.relpersistence = 'p'
+		AND n.nspname NOT IN ('pg_catalog', 'information_schema')`
+	if err := c.QueryRow(ctx, q).Scan(&blocks); err != nil {
+		return 0, 0, fmt.Errorf("prewarm: %w", err)
+	}
+	return time.Since(start), blocks, nil
+}
+
 func ensureDatabase(ctx context.Context, base, db string) error {
 	admin, err := tpcc.Connect(ctx, base, "")
 	if err != nil {
@@ -387,6 +410,15 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 		if !quiet {
 			res.Notes = append(res.Notes, fmt.Sprintf("target not quiet after %s of settling", max))
 		}
+	}
+	if m.Prewarm {
+		r.printLine(fmt.Sprintf("[%d/%d] %s rep %d  prewarming", idx+1, total, run.Label(), run.Repeat))
+		took, blocks, err := prewarm(ctx, base, RunDB)
+		if err != nil {
+			return fail(err)
+		}
+		res.Metrics["prewarm_seconds"] = took.Seconds()
+		res.Metrics["prewarm_blocks"] = float64(blocks)
 	}
 
 	var coll *collect.Collector

@@ -27,7 +27,7 @@ func open(t *testing.T) *results.Store {
 }
 
 // TestTPCCMatrix runs a tiny FPW on/off matrix on a managed stock server
-// and checks what lands in the results database.
+// (settled and prewarmed) and checks what lands in the results database.
 func TestTPCCMatrix(t *testing.T) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
@@ -42,6 +42,7 @@ rampup: 2s
 duration: 6s
 checkpoint_before_window: true
 settle: 60s
+prewarm: true
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +68,10 @@ settle: 60s
 		// An idle stock server after its clone is quiet within seconds.
 		if s, ok := full.Metrics["settle_seconds"]; !ok || s < 2 || s > 30 || contains(full.Notes, "not quiet") {
 			t.Fatalf("settle: %v seconds, notes %v", s, full.Notes)
+		}
+		// One warehouse is about 100 MB: prewarm reads every block of it.
+		if b := full.Metrics["prewarm_blocks"]; b < 5000 || full.Metrics["prewarm_seconds"] <= 0 {
+			t.Fatalf("prewarm: %v blocks in %v s", b, full.Metrics["prewarm_seconds"])
 		}
 		if full.Metrics["consistency_violations"] != 0 || !contains(full.Notes, "consistency checks passed") {
 			t.Fatalf("consistency: %v %v", full.Metrics["consistency_violations"], full.Notes)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/cluster"
 )
 
 // strataTarget is a whole strata cluster on this machine, started with
@@ -188,7 +190,11 @@ func (s *strataTarget) Stop(ctx context.Context) error {
 	if !s.running {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	// Longer than strata down's own limits, so that a compute that does
+	// not stop is killed and unmounted by strata down rather than strata
+	// down by us (which would leave the cluster running).
+	limit := cluster.ComputeStopTimeout + 5*cluster.ProcStopTimeout + time.Minute
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	if _, err := s.strata(ctx, "down"); err != nil {
 		return err
