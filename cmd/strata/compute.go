@@ -8,17 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/objstore"
-	"github.com/stratadb/strata/core/supervise"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -75,7 +72,7 @@ safekeepers' replication role, created or updated at every start).`,
 				return err
 			}
 			if restartOnCrash {
-				return superviseCompute(cmd.Context(), readyFile, log)
+				return superviseSelf(cmd.Context(), "compute agent", readyFile, log)
 			}
 			tl, err := pg.ParseTimelineID(timeline)
 			if err != nil {
@@ -170,7 +167,7 @@ safekeepers' replication role, created or updated at every start).`,
 	f.BoolVar(&noArchive, "no-archive", false, "refill pg_wal from the safekeepers only, not from the object store's WAL archive")
 	f.BoolVar(&debug, "debug-fuse", false, "log every FUSE request")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once Postgres accepts connections")
-	f.BoolVar(&restartOnCrash, "restart-on-crash", false, "run the agent as a child process and start it again when it dies (kill -9, a crash) after it was ready once; killing this process kills the agent")
+	f.BoolVar(&restartOnCrash, restartOnCrashFlag, false, "run the agent as a child process and start it again when it dies (kill -9, a crash) after it was ready once; killing this process kills the agent")
 	for _, req := range []string{"timeline", "safekeepers", "mountpoint", "scratch"} {
 		_ = cmd.MarkFlagRequired(req)
 	}
@@ -223,36 +220,4 @@ func fetchWaits(ctx context.Context, addr string) (agent.Report, error) {
 	var r agent.Report
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	return r, err
-}
-
-// superviseCompute runs this command again without --restart-on-crash as
-// a supervised child (core/supervise): restarted when it dies after
-// Postgres was ready (readyFile, when given), SIGTERM passed on.
-func superviseCompute(ctx context.Context, readyFile string, log zerolog.Logger) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	var args []string
-	for _, arg := range os.Args[1:] {
-		if arg == "--restart-on-crash" || strings.HasPrefix(arg, "--restart-on-crash=") {
-			continue
-		}
-		args = append(args, arg)
-	}
-	o := supervise.Options{
-		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
-		Name: "compute agent", Final: []int{2}, Log: log,
-		Started: func(pid int) { log.Info().Int("pid", pid).Msg("compute agent started") },
-	}
-	if readyFile != "" {
-		o.Ready = func() bool { _, err := os.Stat(readyFile); return err == nil }
-		o.Reset = func() { _ = os.Remove(readyFile) }
-	}
-	err = supervise.Run(ctx, o)
-	var ee *supervise.ExitError
-	if errors.As(err, &ee) && ee.Code == 2 {
-		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
-	}
-	return err
 }

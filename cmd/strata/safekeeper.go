@@ -18,6 +18,7 @@ import (
 func newSafekeeperCmd(a *app) *cobra.Command {
 	cfg := safekeeper.DefaultConfig()
 	var archiveDir string
+	var restartOnCrash bool
 	cmd := &cobra.Command{
 		Use:   "safekeeper",
 		Short: "Run a WAL safekeeper (the pg-stream replication plugin)",
@@ -44,6 +45,9 @@ Postgres needs a replication user with a password, for example:
 				return err
 			}
 			log = log.With().Str("safekeeper", cfg.ID).Logger()
+			if restartOnCrash {
+				return superviseSelf(cmd.Context(), "safekeeper "+cfg.ID, "", log)
+			}
 			if cfg.Postgres == "" {
 				// strata up passes the replication password in the
 				// environment rather than in argv.
@@ -73,6 +77,7 @@ Postgres needs a replication user with a password, for example:
 		},
 	}
 	safekeeper.BindFlags(cmd.Flags(), &cfg)
+	cmd.Flags().BoolVar(&restartOnCrash, restartOnCrashFlag, false, "run the safekeeper as a child process and start it again when it dies (kill -9, a crash) after it ran 10 s; killing this process kills the safekeeper")
 	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "archive into an fs object store at this folder instead of the config's objectstore (with --archive)")
 	return cmd
 }

@@ -369,6 +369,11 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 		"--pushdown-deltas", strconv.Itoa(c.cfg.Storage.PushdownDeltas),
 		"--pushdown-bytes", strconv.Itoa(c.cfg.Storage.PushdownBytes),
 		"--hot-burst", strconv.Itoa(c.cfg.Storage.HotBurst),
+		// Not --restart-on-crash: a pageserver that came back would
+		// have lost the page writes it held that were not yet durable,
+		// and the running Postgres could read an older version of such
+		// a page before the compute notices (reads carry no
+		// incarnation; docs/status.md).
 	}
 	if c.pageserverFollowsSafekeepers() {
 		args = append(args, "--safekeepers", strings.Join(c.safekeeperAddrs(), ","), "--timeline", tl.String())
@@ -509,6 +514,8 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 		// the same prefix: archive keys are content-addressed by segment,
 		// and a segment's bytes are the same on every safekeeper.
 		"--archive",
+		// A supervisor starts it again if it dies after running 10 s.
+		"--restart-on-crash",
 	}
 	if a := c.metricsAddr(i); a != "" {
 		args = append(args, "--metrics-addr", a)
@@ -560,6 +567,15 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
+// How long Down waits for a process after SIGTERM before it kills the
+// process group (and, for the compute, unmounts the data directory): the
+// compute's shutdown checkpoint writes every dirty page through the
+// pageserver, the others stop at once.
+const (
+	ComputeStopTimeout = 5 * time.Minute
+	ProcStopTimeout    = 30 * time.Second
+)
+
 // Down stops the compute agent (which stops Postgres with a fast shutdown,
 // whose checkpoint needs the safekeepers, and unmounts), then the
 // pageserver, then the safekeepers, and removes the state file. The data
@@ -594,9 +610,9 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 	var errs []error
 	for i := len(st.Procs) - 1; i >= 0; i-- {
 		p := st.Procs[i]
-		timeout := 30 * time.Second
+		timeout := ProcStopTimeout
 		if p.Name == "compute" && p.Alive() {
-			timeout = 5 * time.Minute
+			timeout = ComputeStopTimeout
 			// Postgres' shutdown checkpoint becomes durable only through
 			// the safekeeper quorum: without one the agent would wait for
 			// minutes. Nothing acknowledged is lost by stopping at once

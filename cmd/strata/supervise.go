@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/core/supervise"
+)
+
+// restartOnCrashFlag is the flag that makes a server command supervise
+// itself; strata up passes it to every process it starts.
+const restartOnCrashFlag = "restart-on-crash"
+
+// superviseSelf runs this command again without --restart-on-crash as a
+// supervised child (core/supervise): restarted when it dies after it was
+// good (readyFile exists, or without one it ran 10 s), SIGTERM passed on,
+// killed when the supervisor dies. A configuration error (exit status 2)
+// is final.
+func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var args []string
+	for _, arg := range os.Args[1:] {
+		if arg == "--"+restartOnCrashFlag || strings.HasPrefix(arg, "--"+restartOnCrashFlag+"=") {
+			continue
+		}
+		args = append(args, arg)
+	}
+	o := supervise.Options{
+		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
+		Name: name, Final: []int{2}, Log: log,
+		Started: func(pid int) { log.Info().Int("pid", pid).Msg(name + " started") },
+	}
+	if readyFile != "" {
+		o.Ready = func() bool { _, err := os.Stat(readyFile); return err == nil }
+		o.Reset = func() { _ = os.Remove(readyFile) }
+	}
+	err = supervise.Run(ctx, o)
+	var ee *supervise.ExitError
+	if errors.As(err, &ee) && ee.Code == 2 {
+		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
+	}
+	return err
+}
