@@ -32,6 +32,7 @@ func newPageserverCmd() *cobra.Command {
 	var boundTL, filesTL string
 	var fastPoll time.Duration
 	var bootFrom string
+	var restartOnCrash bool
 	cmd := &cobra.Command{
 		Use:   "pageserver",
 		Short: "Serve versioned pages (GetPage@LSN) from layer files synced to the object store",
@@ -78,6 +79,9 @@ names the timeline of the compute's non-relation files (pg_control, pg_xact,
 			log = log.With().Str("component", "pageserver").Logger()
 			if err := cfg.Validate(); err != nil {
 				return err
+			}
+			if restartOnCrash {
+				return superviseSelf(ctx, "pageserver", "", log)
 			}
 			reg := metrics.NewRegistry()
 			var store objectstore.Store
@@ -129,6 +133,7 @@ names the timeline of the compute's non-relation files (pg_control, pg_xact,
 	f.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "materialized page cache per timeline, bytes")
 	f.Int64Var(&cfg.MaxLocalBytes, "max-local-bytes", cfg.MaxLocalBytes, "evict cold uploaded layers above this many local bytes per timeline (0: never)")
 	f.IntVar(&cfg.UploadParallelism, "upload-parallelism", cfg.UploadParallelism, "concurrent layer uploads")
+	f.BoolVar(&restartOnCrash, restartOnCrashFlag, false, "run the pageserver as a child process and start it again when it dies (kill -9, a crash) after it ran 10 s; killing this process kills the pageserver (a compute whose page writes were not yet durable then restarts Postgres)")
 	f.BoolVar(&noStore, "no-object-store", false, "run without an object store (nothing survives the loss of the data directory)")
 	f.StringSliceVar(&safekeepers, "safekeepers", nil, "gRPC addresses of the safekeeper group (host:port,host:port,...) bound to --timeline")
 	f.StringVar(&boundTL, "timeline", "", "timeline ID bound to --safekeepers (commit LSN; WAL ingest with fpi and pushdown)")

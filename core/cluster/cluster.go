@@ -369,11 +369,13 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 		"--pushdown-deltas", strconv.Itoa(c.cfg.Storage.PushdownDeltas),
 		"--pushdown-bytes", strconv.Itoa(c.cfg.Storage.PushdownBytes),
 		"--hot-burst", strconv.Itoa(c.cfg.Storage.HotBurst),
-		// Not --restart-on-crash: a pageserver that came back would
-		// have lost the page writes it held that were not yet durable,
-		// and the running Postgres could read an older version of such
-		// a page before the compute notices (reads carry no
-		// incarnation; docs/status.md).
+		// A supervisor starts it again if it dies after running 10 s:
+		// its durable state is on disk and in the object store. Page
+		// writes it held that were not yet durable are lost; the compute
+		// notices the new incarnation on its next answer, uses no read
+		// from it and restarts Postgres, whose crash recovery writes
+		// them again.
+		"--restart-on-crash",
 	}
 	if c.pageserverFollowsSafekeepers() {
 		args = append(args, "--safekeepers", strings.Join(c.safekeeperAddrs(), ","), "--timeline", tl.String())

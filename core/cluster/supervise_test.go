@@ -2,6 +2,10 @@ package cluster
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -9,12 +13,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestSafekeeperRestartedBySupervisor: strata up runs every safekeeper
-// under a supervisor, like the compute agent. kill -9 of a safekeeper
-// server, not its supervisor, during commits brings it back as a new
-// process that catches up and acknowledges again, and every acknowledged
-// row is still there; then the same for a second safekeeper.
-func TestSafekeeperRestartedBySupervisor(t *testing.T) {
+// TestSafekeeperAndPageserverRestartedBySupervisor: strata up runs every
+// safekeeper and the pageserver under a supervisor, like the compute
+// agent. kill -9 of a server, not its supervisor, during commits brings it
+// back as a new process and every acknowledged row is still there: two
+// safekeepers in turn (each catches up and Postgres streams to it again),
+// then the pageserver (page writes it held that were not yet durable are
+// lost; the compute then restarts Postgres, whose crash recovery writes
+// them again). pg_amcheck finds nothing at the end.
+func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -25,11 +32,20 @@ func TestSafekeeperRestartedBySupervisor(t *testing.T) {
 	upAt := time.Now()
 	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
 	exec1(t, ctx, url, "INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 1000) g")
-	acked := 1000
 
-	// insert adds rows next+1..next+n in one transaction; it reports
-	// whether the commit was acknowledged.
+	// The ledger: every acknowledged insert's id range. A failed insert
+	// may or may not have committed, so ids are never reused.
+	var mu sync.Mutex
+	los, his := []int32{1}, []int32{1000}
+	acked, next := 1000, 1000
+	var failures atomic.Int64
+	// insert adds n rows in one transaction; it reports whether the
+	// commit was acknowledged.
 	insert := func(n int) bool {
+		mu.Lock()
+		lo := next + 1
+		next += n
+		mu.Unlock()
 		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer qcancel()
 		conn, err := pgx.Connect(qctx, url)
@@ -37,24 +53,46 @@ func TestSafekeeperRestartedBySupervisor(t *testing.T) {
 			return false
 		}
 		defer conn.Close(context.Background())
-		_, err = conn.Exec(qctx, "INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series($1::int, $2::int) g", acked+1, acked+n)
+		_, err = conn.Exec(qctx, "INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series($1::int, $2::int) g", lo, lo+n-1)
 		if err != nil {
+			if failures.Add(1) <= 5 {
+				t.Logf("insert of %d rows failed: %v", n, err)
+			}
 			return false
 		}
+		mu.Lock()
+		los, his = append(los, int32(lo)), append(his, int32(lo+n-1))
 		acked += n
+		mu.Unlock()
 		return true
 	}
-	count := func() int64 {
-		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
-		defer qcancel()
-		conn, err := pgx.Connect(qctx, url)
-		if err != nil {
-			return -1
+	// check fails the test unless every acknowledged row is there.
+	check := func(after string) int {
+		t.Helper()
+		mu.Lock()
+		l, h, want := slices.Clone(los), slices.Clone(his), acked
+		mu.Unlock()
+		// Postgres may be restarting (a pageserver restart that lost
+		// page writes stops it).
+		var n int
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			err := func() error {
+				conn, err := pgx.Connect(ctx, url)
+				if err != nil {
+					return err
+				}
+				defer conn.Close(context.Background())
+				return conn.QueryRow(ctx, "SELECT count(*) FROM t JOIN unnest($1::int[], $2::int[]) AS r(lo, hi) ON t.id BETWEEN r.lo AND r.hi", l, h).Scan(&n)
+			}()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s: counting rows: %v", after, err)
+			}
 		}
-		defer conn.Close(context.Background())
-		var n int64
-		if conn.QueryRow(qctx, "SELECT count(*) FROM t").Scan(&n) != nil {
-			return -1
+		if n != want {
+			t.Fatalf("after %s: %d of %d acknowledged rows present", after, n, want)
 		}
 		return n
 	}
@@ -93,32 +131,54 @@ func TestSafekeeperRestartedBySupervisor(t *testing.T) {
 	// fails at once is reported instead).
 	time.Sleep(time.Until(upAt.Add(11 * time.Second)))
 
-	for _, name := range []string{"safekeeper sk2", "safekeeper sk1"} {
+	for _, name := range []string{"safekeeper sk2", "safekeeper sk1", "pageserver"} {
+		// Page writes in flight when the server dies: larger inserts
+		// in the background (shared_buffers is 16 MB, so they evict
+		// dirty pages to the pageserver all the time).
+		bctx, bcancel := context.WithCancel(ctx)
+		var bg sync.WaitGroup
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for bctx.Err() == nil {
+				insert(2000)
+			}
+		}()
+		time.Sleep(2 * time.Second)
 		old := server(name)
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
-		// Commits go on: two safekeepers are a quorum.
+		// Commits go on: two safekeepers are a quorum, and the compute
+		// restarts Postgres if the pageserver lost page writes.
 		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s not back 3 minutes after kill -9 of pid %d (children %v, %d acknowledged rows, count %d); log:\n%s",
-					name, old, childPIDs(sups[name].PID), acked, count(), tail(sups[name].Log, 4096))
+				bcancel()
+				bg.Wait()
+				t.Fatalf("%s not back 3 minutes after kill -9 of pid %d (children %v, %d acknowledged rows); log:\n%s",
+					name, old, childPIDs(sups[name].PID), acked, tail(sups[name].Log, 4096))
 			}
 			if !sups[name].Alive() {
+				bcancel()
+				bg.Wait()
 				t.Fatalf("the %s supervisor exited after its server was killed; log:\n%s", name, tail(sups[name].Log, 4096))
 			}
 			insert(100)
 			kids := childPIDs(sups[name].PID)
-			if len(kids) == 1 && kids[0] != old && streaming(name) && insert(100) {
+			if len(kids) == 1 && kids[0] != old && (name == "pageserver" || streaming(name)) && insert(100) {
 				break
 			}
 		}
-		if n := count(); n != int64(acked) {
-			t.Fatalf("after kill -9 of %s: %d rows, %d acknowledged", name, n, acked)
-		}
-		t.Logf("%s: pid %d killed, pid %d streams %s later; %d acknowledged rows, all present", name, old, server(name), time.Since(t0).Round(time.Millisecond), acked)
+		back := time.Since(t0)
+		bcancel()
+		bg.Wait()
+		n := check("kill -9 of " + name)
+		t.Logf("%s: pid %d killed, pid %d serves %s later; %d acknowledged rows, all present", name, old, server(name), back.Round(time.Millisecond), n)
 	}
+	mu.Lock()
+	t.Logf("%d rows in inserts that failed (not acknowledged: the ledger does not count them)", next-acked)
+	mu.Unlock()
 
 	// The cluster's status sees every process alive, and the supervisors
 	// stop with their servers.
@@ -131,8 +191,11 @@ func TestSafekeeperRestartedBySupervisor(t *testing.T) {
 			t.Fatalf("strata status after the restarts: %s not alive", p.Name)
 		}
 	}
+	t.Logf("the compute stopped Postgres %d times for page writes the pageserver lost",
+		strings.Count(tail(sups["compute"].Log, 1<<20), "the pageserver lost page writes"))
 	var servers []Proc
-	for _, name := range []string{"safekeeper sk1", "safekeeper sk2"} {
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
+	for _, name := range []string{"safekeeper sk1", "safekeeper sk2", "pageserver"} {
 		p := Proc{Name: name, PID: server(name)}
 		p.StartTime, _ = procStartTime(p.PID)
 		servers = append(servers, p)

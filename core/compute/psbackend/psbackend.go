@@ -253,24 +253,44 @@ func (b *Backend) note(w pg.LSN) func(client.Ack, error) error {
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if a.Incarnation != 0 {
-			switch {
-			case b.inc == 0:
-				b.inc = a.Incarnation
-			case a.Incarnation != b.inc:
-				if b.maxW > b.durable && b.lost == nil {
-					b.lost = fmt.Errorf("%w: pageserver incarnation %x became %x while versions up to %s were above the durable LSN %s", ErrLost, b.inc, a.Incarnation, b.maxW, b.durable)
-					b.opts.Log.Error().Err(b.lost).Msg("pending page versions lost")
-				}
-				b.inc = a.Incarnation
-			}
-		}
+		b.seeLocked(a.Incarnation)
 		b.maxW = max(b.maxW, w)
 		if a.Incarnation == b.inc {
 			b.durable = max(b.durable, a.Durable)
 		}
 		return nil
 	}
+}
+
+// seeLocked notes an answer of incarnation inc (0: unknown): another one
+// than the incarnation that accepted versions not yet seen durable means
+// they are lost. REQUIRES: b.mu held.
+func (b *Backend) seeLocked(inc uint64) {
+	if inc == 0 {
+		return
+	}
+	switch {
+	case b.inc == 0:
+		b.inc = inc
+	case inc != b.inc:
+		if b.maxW > b.durable && b.lost == nil {
+			b.lost = fmt.Errorf("%w: pageserver incarnation %x became %x while versions up to %s were above the durable LSN %s", ErrLost, b.inc, inc, b.maxW, b.durable)
+			b.opts.Log.Error().Err(b.lost).Msg("pending page versions lost")
+		}
+		b.inc = inc
+	}
+}
+
+// checkRead applies the client's rule 4 to a page or file read answered by
+// a: once versions are lost (noticed here or by a write's Ack), no read
+// from the pageserver is used, since it may be an older version of a page
+// or file whose newer version was lost. Postgres gets EIO until the agent
+// restarts it.
+func (b *Backend) checkRead(a client.Ack) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seeLocked(a.Incarnation)
+	return b.lost
 }
 
 // sent records that a mutation tagged w went out.
@@ -364,7 +384,10 @@ func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince
 	}
 	nms := min(notModifiedSince, b.maxW)
 	b.mu.Unlock()
-	data, err := b.c.GetPage(ctx, b.tl, client.PageRequest{Page: key, RequestLSN: client.LatestLSN, NotModifiedSince: nms})
+	data, ack, err := b.c.GetPageAck(ctx, b.tl, client.PageRequest{Page: key, RequestLSN: client.LatestLSN, NotModifiedSince: nms})
+	if lost := b.checkRead(ack); lost != nil {
+		return lost
+	}
 	if errors.Is(err, timeline.ErrNotFound) {
 		clear(page)
 		return nil
@@ -673,7 +696,10 @@ func (b *Backend) content(ctx context.Context, p string) (*fileEnt, error) {
 		return f, nil
 	}
 	b.mu.Unlock()
-	data, err := b.c.GetFile(ctx, b.tl, p, client.LatestLSN)
+	data, ack, err := b.c.GetFileAck(ctx, b.tl, p, client.LatestLSN)
+	if lost := b.checkRead(ack); lost != nil {
+		return nil, lost
+	}
 	if err != nil {
 		return nil, mapErr(err)
 	}

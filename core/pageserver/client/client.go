@@ -31,7 +31,10 @@
 //  3. when an Ack (or GetDurable) shows another incarnation while it still
 //     holds such writes, consider them lost: re-send them (it still has the
 //     bytes) before it declares them durable, or fail the fsync that waits
-//     for them (EIO), never report success.
+//     for them (EIO), never report success;
+//  4. not use a page or file read (GetPageAck, GetFileAck) answered by
+//     another incarnation while it holds such writes: the answer may be
+//     an older version of a page whose newer version was lost.
 //
 // The plain methods (PutPages returning the durable LSN, SetRelSize, ...)
 // are the same calls without the incarnation; Incarnation returns the one
@@ -197,6 +200,9 @@ type PageRequest struct {
 type PageResult struct {
 	Data []byte
 	Err  error
+	// Incarnation of the pageserver that answered (0: one that does not
+	// say), the same for every result of a batch.
+	Incarnation uint64
 }
 
 // streamLocked returns the shared stream, opening it if needed.
@@ -289,21 +295,31 @@ func (c *Client) GetPages(ctx context.Context, tl pg.TimelineID, reqs []PageRequ
 	}
 	out := make([]PageResult, len(reqs))
 	for i, pr := range r.resp.Results {
-		out[i] = PageResult{Data: pr.Page, Err: fromCode(pr.Code, pr.Error)}
+		out[i] = PageResult{Data: pr.Page, Err: fromCode(pr.Code, pr.Error), Incarnation: r.resp.Incarnation}
 		if pr.Code == pb.Code_ERROR && containsTimeline(pr.Error) {
 			return nil, fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, pr.Error)
 		}
+	}
+	if r.resp.Incarnation != 0 {
+		c.incarnation.Store(r.resp.Incarnation)
 	}
 	return out, nil
 }
 
 // GetPage reads one page.
 func (c *Client) GetPage(ctx context.Context, tl pg.TimelineID, r PageRequest) ([]byte, error) {
+	data, _, err := c.GetPageAck(ctx, tl, r)
+	return data, err
+}
+
+// GetPageAck is GetPage with the answering incarnation (rule 4; the Ack's
+// Durable is not set).
+func (c *Client) GetPageAck(ctx context.Context, tl pg.TimelineID, r PageRequest) ([]byte, Ack, error) {
 	res, err := c.GetPages(ctx, tl, []PageRequest{r})
 	if err != nil {
-		return nil, err
+		return nil, Ack{}, err
 	}
-	return res[0].Data, res[0].Err
+	return res[0].Data, Ack{Incarnation: res[0].Incarnation}, res[0].Err
 }
 
 // PageWrite is a page image written at the compute's WAL position W.
@@ -438,11 +454,21 @@ func (c *Client) fileOp(ctx context.Context, r *pb.FileOpRequest) (Ack, error) {
 
 // GetFile returns a non-relation file's content at lsn.
 func (c *Client) GetFile(ctx context.Context, tl pg.TimelineID, path string, lsn pg.LSN) ([]byte, error) {
+	data, _, err := c.GetFileAck(ctx, tl, path, lsn)
+	return data, err
+}
+
+// GetFileAck is GetFile with the answering incarnation (rule 4; the Ack's
+// Durable is not set).
+func (c *Client) GetFileAck(ctx context.Context, tl pg.TimelineID, path string, lsn pg.LSN) ([]byte, Ack, error) {
 	resp, err := c.rpc.GetFile(ctx, &pb.GetFileRequest{Timeline: tl[:], Path: path, RequestLsn: uint64(lsn)})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, Ack{}, fromStatus(err)
 	}
-	return resp.Data, nil
+	if resp.Incarnation != 0 {
+		c.incarnation.Store(resp.Incarnation)
+	}
+	return resp.Data, Ack{Incarnation: resp.Incarnation}, nil
 }
 
 // WriteFile writes data at off into a non-relation file at W.

@@ -436,10 +436,14 @@ func (x *PageResult) GetPage() []byte {
 	return nil
 }
 
+// Read answers carry the pageserver's incarnation too: a compute that holds
+// writes not yet durable must not use a page or file read from another
+// incarnation than the one that accepted them (the client's rule 4).
 type GetPageBatchResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Results       []*PageResult          `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +490,13 @@ func (x *GetPageBatchResponse) GetResults() []*PageResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *GetPageBatchResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type PageWrite struct {
@@ -1054,6 +1065,7 @@ func (x *GetFileRequest) GetRequestLsn() uint64 {
 type GetFileResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1093,6 +1105,13 @@ func (x *GetFileResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *GetFileResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type FileOpRequest struct {
@@ -1998,10 +2017,11 @@ const file_pageserver_proto_rawDesc = "" +
 	"PageResult\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.strata.pageserver.v1.CodeR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
-	"\x04page\x18\x03 \x01(\fR\x04page\"b\n" +
+	"\x04page\x18\x03 \x01(\fR\x04page\"\x84\x01\n" +
 	"\x14GetPageBatchResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12:\n" +
-	"\aresults\x18\x02 \x03(\v2 .strata.pageserver.v1.PageResultR\aresults\"s\n" +
+	"\aresults\x18\x02 \x03(\v2 .strata.pageserver.v1.PageResultR\aresults\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"s\n" +
 	"\tPageWrite\x12.\n" +
 	"\x03rel\x18\x01 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\x12\f\n" +
@@ -2046,9 +2066,10 @@ const file_pageserver_proto_rawDesc = "" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1f\n" +
 	"\vrequest_lsn\x18\x03 \x01(\x04R\n" +
-	"requestLsn\"%\n" +
+	"requestLsn\"G\n" +
 	"\x0fGetFileResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x84\x02\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\x84\x02\n" +
 	"\rFileOpRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x126\n" +
 	"\x02op\x18\x02 \x01(\x0e2&.strata.pageserver.v1.FileOpRequest.OpR\x02op\x12\x12\n" +

@@ -167,7 +167,7 @@ func (s *Server) GetPages(stream pb.PageService_GetPagesServer) error {
 }
 
 func (s *Server) getBatch(ctx context.Context, b *pb.GetPageBatch) *pb.GetPageBatchResponse {
-	resp := &pb.GetPageBatchResponse{Id: b.Id, Results: make([]*pb.PageResult, len(b.Pages))}
+	resp := &pb.GetPageBatchResponse{Id: b.Id, Results: make([]*pb.PageResult, len(b.Pages)), Incarnation: s.ps.Incarnation()}
 	s.batches.Observe(float64(len(b.Pages)))
 	var tl *timeline.Timeline
 	id, err := tlID(b.Timeline)
@@ -291,7 +291,7 @@ func (s *Server) GetFile(ctx context.Context, r *pb.GetFileRequest) (*pb.GetFile
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.GetFileResponse{Data: d}, nil
+	return &pb.GetFileResponse{Data: d, Incarnation: s.ps.Incarnation()}, nil
 }
 
 // FileOp writes, truncates or unlinks a non-relation file (gated, fenced
