@@ -18,9 +18,11 @@ import (
 // agent. kill -9 of a server, not its supervisor, during commits brings it
 // back as a new process and every acknowledged row is still there: two
 // safekeepers in turn (each catches up and Postgres streams to it again),
-// then the pageserver (page writes it held that were not yet durable are
-// lost; the compute then restarts Postgres, whose crash recovery writes
-// them again). pg_amcheck finds nothing at the end.
+// then the pageserver. pg_amcheck finds nothing at the end. Whether the
+// pageserver held page writes that were not yet durable when it died
+// depends on timing (the LFC keeps most of them in the compute), so the
+// test logs how often the agent restarted Postgres for a loss; the rule
+// itself is TestNoStaleReadAfterPageserverRestart (core/compute/psbackend).
 func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -191,8 +193,9 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 			t.Fatalf("strata status after the restarts: %s not alive", p.Name)
 		}
 	}
-	t.Logf("the compute stopped Postgres %d times for page writes the pageserver lost",
-		strings.Count(tail(sups["compute"].Log, 1<<20), "the pageserver lost page writes"))
+	clog := tail(sups["compute"].Log, 1<<22)
+	t.Logf("the agent restarted Postgres %d times; %d times because the pageserver lost page writes",
+		strings.Count(clog, "restarting it from storage"), strings.Count(clog, "the pageserver lost page writes"))
 	var servers []Proc
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
 	for _, name := range []string{"safekeeper sk1", "safekeeper sk2", "pageserver"} {
