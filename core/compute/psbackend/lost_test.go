@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
-	"github.com/stratadb/strata/core/pageserver/server"
+	"github.com/stratadb/strata/internal/pstest"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -24,25 +22,8 @@ func servePS(t *testing.T, dir, addr string, store objectstore.Store) (stop func
 	t.Helper()
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = dir
-	reg := prometheus.NewRegistry()
-	ps, err := pageserver.New(context.Background(), cfg, pageserver.Deps{Log: zerolog.Nop(), Registry: reg, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lis net.Listener
-	for i := 0; ; i++ {
-		if lis, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		if i > 50 {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
-	server.New(ps, zerolog.Nop(), reg).Register(g)
-	go g.Serve(lis)
-	return func() { g.Stop(); ps.Close() }
+	_, stop = pstest.Serve(t, cfg, pageserver.Deps{Log: zerolog.Nop(), Store: store}, addr)
+	return stop
 }
 
 // restartablePS serves a pageserver on a free port with timeline tl and
