@@ -65,6 +65,28 @@ func restartablePS(t *testing.T) (*client.Client, func()) {
 	return c, restart
 }
 
+// durableRel opens a Backend that commits its own writes
+// (StandaloneCommit), creates rel with block 0 = page(1) at W 20 and syncs
+// it: durable.
+func durableRel(t *testing.T, c *client.Client, rel pg.RelTag) *psbackend.Backend {
+	t.Helper()
+	ctx := context.Background()
+	b, err := psbackend.Open(ctx, c, tl, psbackend.Options{StandaloneCommit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateRel(ctx, rel, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WritePage(ctx, rel.Page(0), page(1), 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestLostOnPageserverRestart: versions the pageserver held pending (above
 // the commit LSN) are gone after it restarts; the Backend notices the new
 // incarnation and fails Sync and Send with ErrLost instead of reporting
@@ -76,19 +98,7 @@ func TestLostOnPageserverRestart(t *testing.T) {
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16400}
 
 	// clean: everything durable before the restart.
-	clean, err := psbackend.Open(ctx, c, tl, psbackend.Options{StandaloneCommit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.CreateRel(ctx, rel, 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.WritePage(ctx, rel.Page(0), page(1), 20); err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.Sync(ctx, 20); err != nil {
-		t.Fatal(err)
-	}
+	clean := durableRel(t, c, rel)
 	// dirty: one version left pending (W above the commit LSN).
 	dirty, err := psbackend.Open(ctx, c, tl, psbackend.Options{SyncTimeout: 200 * time.Millisecond})
 	if err != nil {
@@ -142,19 +152,7 @@ func TestNoStaleReadAfterPageserverRestart(t *testing.T) {
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16401}
 
 	// Version 1 of block 0, durable.
-	clean, err := psbackend.Open(ctx, c, tl, psbackend.Options{StandaloneCommit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.CreateRel(ctx, rel, 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.WritePage(ctx, rel.Page(0), page(1), 20); err != nil {
-		t.Fatal(err)
-	}
-	if err := clean.Sync(ctx, 20); err != nil {
-		t.Fatal(err)
-	}
+	clean := durableRel(t, c, rel)
 	// Version 2 of block 0 and a new block 1, pending; sent, so they are
 	// out of the Backend's write buffer and a read goes to the pageserver.
 	dirty, err := psbackend.Open(ctx, c, tl, psbackend.Options{})
