@@ -452,30 +452,23 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 }
 
 // stopOnLost stops Postgres at once (immediate shutdown, no checkpoint)
-// when the pageserver restarted and lost page writes that were not yet
-// durable: its reads fail from then on (psbackend.ErrLost), and the run
-// loop starts it again from storage, whose crash recovery writes the lost
-// pages again from the safekeepers' WAL.
+// when the pageserver restarted and lost page writes of this start's
+// Backend that were not yet durable: its reads fail from then on
+// (psbackend.ErrLost), and the run loop starts Postgres again from
+// storage, whose crash recovery writes the lost pages again from the
+// safekeepers' WAL.
 func (a *Agent) stopOnLost(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.mu.Lock()
-		be, p := a.be, a.proc
-		a.mu.Unlock()
-		if be == nil || p == nil {
-			continue
-		}
-		if err := be.Lost(); err != nil {
-			a.log.Error().Err(err).Msg("the pageserver lost page writes that were not yet durable: stopping postgres (immediate) to restart it from storage")
-			_ = p.Signal(syscall.SIGQUIT)
-			return
-		}
+	a.mu.Lock()
+	be, p := a.be, a.proc
+	a.mu.Unlock()
+	if be == nil || p == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-be.LostNotify():
+		a.log.Error().Err(be.Lost()).Msg("the pageserver lost page writes that were not yet durable: stopping postgres (immediate) to restart it from storage")
+		_ = p.Signal(syscall.SIGQUIT)
 	}
 }
 

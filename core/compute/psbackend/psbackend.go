@@ -108,6 +108,7 @@ type Backend struct {
 	advanced pg.LSN            // highest commit LSN set (StandaloneCommit)
 	inc      uint64            // pageserver incarnation holding the pending versions
 	lost     error             // ErrLost once pending versions were lost
+	lostCh   chan struct{}     // closed when lost is set
 	closed   bool
 	buf      map[pg.PageKey]*bufPage // page writes not yet sent
 	// sizeW is, per fork, the highest LSN of a size version sent: every
@@ -140,7 +141,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.WriteBuffer <= 0 {
 		opts.WriteBuffer = 64
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}}
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, lostCh: make(chan struct{})}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
 		return nil, fmt.Errorf("psbackend: list timeline %s: %w", tl, err)
@@ -276,6 +277,7 @@ func (b *Backend) seeLocked(inc uint64) {
 		if b.maxW > b.durable && b.lost == nil {
 			b.lost = fmt.Errorf("%w: pageserver incarnation %x became %x while versions up to %s were above the durable LSN %s", ErrLost, b.inc, inc, b.maxW, b.durable)
 			b.opts.Log.Error().Err(b.lost).Msg("pending page versions lost")
+			close(b.lostCh)
 		}
 		b.inc = inc
 	}
@@ -968,3 +970,6 @@ func (b *Backend) Lost() error {
 	defer b.mu.Unlock()
 	return b.lost
 }
+
+// LostNotify returns a channel that is closed when Lost becomes non-nil.
+func (b *Backend) LostNotify() <-chan struct{} { return b.lostCh }

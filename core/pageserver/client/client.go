@@ -93,11 +93,15 @@ type Ack struct {
 }
 
 func (c *Client) ack(r *pb.PutPagesResponse) Ack {
-	a := Ack{Durable: pg.LSN(r.DurableLsn), Incarnation: r.Incarnation}
-	if a.Incarnation != 0 {
-		c.incarnation.Store(a.Incarnation)
+	c.saw(r.Incarnation)
+	return Ack{Durable: pg.LSN(r.DurableLsn), Incarnation: r.Incarnation}
+}
+
+// saw records the incarnation of an answer (0: the answer names none).
+func (c *Client) saw(inc uint64) {
+	if inc != 0 {
+		c.incarnation.Store(inc)
 	}
-	return a
 }
 
 // SetTerm sets the term every later write carries (0: unfenced).
@@ -300,9 +304,7 @@ func (c *Client) GetPages(ctx context.Context, tl pg.TimelineID, reqs []PageRequ
 			return nil, fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, pr.Error)
 		}
 	}
-	if r.resp.Incarnation != 0 {
-		c.incarnation.Store(r.resp.Incarnation)
-	}
+	c.saw(r.resp.Incarnation)
 	return out, nil
 }
 
@@ -465,9 +467,7 @@ func (c *Client) GetFileAck(ctx context.Context, tl pg.TimelineID, path string, 
 	if err != nil {
 		return nil, Ack{}, fromStatus(err)
 	}
-	if resp.Incarnation != 0 {
-		c.incarnation.Store(resp.Incarnation)
-	}
+	c.saw(resp.Incarnation)
 	return resp.Data, Ack{Incarnation: resp.Incarnation}, nil
 }
 
