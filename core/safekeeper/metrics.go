@@ -19,6 +19,7 @@ type metrics struct {
 	bytesIn     prometheus.Counter
 	bytesOut    prometheus.Counter
 	term        prometheus.Gauge
+	diskFull    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, id string) *metrics {
@@ -43,9 +44,11 @@ func newMetrics(reg prometheus.Registerer, id string) *metrics {
 			Help: "WAL bytes sent to consumers and peers.", ConstLabels: c}),
 		term: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_term",
 			Help: "Current election term.", ConstLabels: c}),
+		diskFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_disk_full",
+			Help: "1 while WAL cannot be stored because the data folder's disk is full (the quorum goes on without this safekeeper), else 0.", ConstLabels: c}),
 	}
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull} {
 			reg.MustRegister(col)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -73,6 +74,7 @@ type Node struct {
 	peerFlush map[string]peerInfo
 	consumers map[string]server.Feedback
 	serverEnd pg.LSN
+	fullAt    pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
 	election  sync.Mutex // serializes Vote and Accept
 }
 
@@ -279,10 +281,21 @@ func (n *Node) streamLoop(ctx context.Context) {
 				err = errors.Join(err, cerr)
 			}
 		}
-		n.log.Warn().Err(err).Msg("safekeeper: replication session ended; reconnecting")
+		delay := n.cfg.ReconnectDelay
+		if errors.Is(err, syscall.ENOSPC) {
+			// Every retry re-receives up to a segment from Postgres, so
+			// retry slowly, and say it once.
+			delay = max(delay, diskFullRetry)
+			if n.noteDiskFull() {
+				n.log.Error().Err(err).Str("data_dir", n.cfg.DataDir).Dur("retry", delay).
+					Msg("safekeeper: disk full, WAL cannot be stored; commits go on with the other safekeepers of the quorum; free space in the data folder and this safekeeper catches up")
+			}
+		} else {
+			n.log.Warn().Err(err).Msg("safekeeper: replication session ended; reconnecting")
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(n.cfg.ReconnectDelay):
+		case <-time.After(delay):
 		case <-n.wake:
 		}
 	}
@@ -344,6 +357,41 @@ func (n *Node) catchUpFromPeers(ctx context.Context) error {
 	return fmt.Errorf("safekeeper: catch up from peers: %w", errors.Join(errs...))
 }
 
+// diskFullRetry is the pause before reconnecting to Postgres after the
+// disk filled up.
+const diskFullRetry = 5 * time.Second
+
+// noteDiskFull records that a session failed on a full disk; it reports
+// whether that is news (the last one did not).
+func (n *Node) noteDiskFull() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.m.diskFull.Set(1)
+	if n.fullAt != 0 {
+		return false
+	}
+	n.fullAt = n.st.FlushLSN() + 1 // +1: a flush that adds a byte clears it
+	return true
+}
+
+// repeatedErr tells an error worth logging from a repeat of the last one
+// (a full disk fails every round of a loop the same way).
+type repeatedErr struct {
+	last string
+	at   time.Time
+}
+
+// fresh reports whether err differs from the last error or the last was
+// logged a minute ago or more.
+func (r *repeatedErr) fresh(err error) bool {
+	msg := err.Error()
+	if msg == r.last && time.Since(r.at) < time.Minute {
+		return false
+	}
+	r.last, r.at = msg, time.Now()
+	return true
+}
+
 type observer Node
 
 func (o *observer) Flushed(flush, serverEnd pg.LSN) {
@@ -356,7 +404,15 @@ func (o *observer) Flushed(flush, serverEnd pg.LSN) {
 	}
 	n.serverEnd = max(n.serverEnd, serverEnd)
 	end := n.serverEnd
+	cleared := n.fullAt != 0 && flush >= n.fullAt
+	if cleared {
+		n.fullAt = 0
+	}
 	n.mu.Unlock()
+	if cleared {
+		n.m.diskFull.Set(0)
+		n.log.Info().Str("flush_lsn", flush.String()).Msg("safekeeper: WAL is stored again after a full disk")
+	}
 	if flush > prev {
 		n.m.bytesIn.Add(float64(flush - prev))
 	}
@@ -447,6 +503,7 @@ func (n *Node) peerLoop(ctx context.Context) {
 
 // controlLoop records flush and commit LSNs in the control file regularly.
 func (n *Node) controlLoop(ctx context.Context) {
+	var ctlErrs repeatedErr
 	t := time.NewTicker(n.cfg.ControlSyncInterval)
 	defer t.Stop()
 	var last walstore.Control
@@ -463,7 +520,9 @@ func (n *Node) controlLoop(ctx context.Context) {
 		}
 		commit = min(commit, n.st.FlushLSN())
 		if err := n.st.UpdateControl(func(c *walstore.Control) { c.CommitLSN = max(c.CommitLSN, commit) }); err != nil {
-			n.log.Error().Err(err).Msg("safekeeper: write control file")
+			if ctlErrs.fresh(err) {
+				n.log.Error().Err(err).Msg("safekeeper: write control file (the same error is logged once a minute)")
+			}
 			continue
 		}
 		last = n.st.Control()
@@ -768,6 +827,7 @@ func (n *Node) repairBlock(ctx context.Context, blk pg.LSN) error {
 }
 
 func (n *Node) archiveLoop(ctx context.Context) {
+	var archErrs repeatedErr
 	t := time.NewTicker(n.cfg.Archive.Interval)
 	defer t.Stop()
 	for {
@@ -778,7 +838,9 @@ func (n *Node) archiveLoop(ctx context.Context) {
 		}
 		archived, err := n.arch.Step(ctx, n.CommitLSN())
 		if err != nil {
-			n.log.Warn().Err(err).Msg("safekeeper: archive")
+			if archErrs.fresh(err) {
+				n.log.Warn().Err(err).Msg("safekeeper: archive (the same error is logged once a minute)")
+			}
 			continue
 		}
 		n.m.archivedLSN.Set(lsnFloat(archived))

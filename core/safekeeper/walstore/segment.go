@@ -113,6 +113,12 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 	}
 	seg := &segment{no: no, data: data, side: side, dirtyLo: -1, lastLo: -1, lastHi: -1}
 	nblocks := int(s.segSize / BlockSize)
+	if !create {
+		if err := s.checkComplete(data, side, nblocks); err != nil {
+			seg.close()
+			return nil, err
+		}
+	}
 	if create {
 		// Written zeros, not fallocate, in both files (see spare.go): a
 		// data write must need no metadata change, or every Flush commits
@@ -121,11 +127,11 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 		// follows (see Flush).
 		if err := zeroFill(data, int64(s.segSize), nil); err != nil {
 			seg.close()
-			return nil, err
+			return nil, fmt.Errorf("walstore: new segment %s: %w", filepath.Base(dp), err)
 		}
 		if err := zeroFill(side, int64(nblocks*entrySize), nil); err != nil {
 			seg.close()
-			return nil, err
+			return nil, fmt.Errorf("walstore: new segment %s: checksums: %w", filepath.Base(dp), err)
 		}
 		if !s.opts.NoSync {
 			for _, f := range []*os.File{data, side} {
@@ -165,6 +171,30 @@ func (s *Store) openSegment(no uint64, create bool) (*segment, error) {
 	seg.durable = append([]blockEntry(nil), seg.entries...)
 	s.segs[no] = seg
 	return seg, nil
+}
+
+// errIncomplete marks a segment whose files are shorter than a segment:
+// its creation (the zero fill) was cut by a full disk or a crash, so no WAL
+// was ever written to it. It counts as absent (os.ErrNotExist); the next
+// Write that reaches it completes it.
+var errIncomplete = fmt.Errorf("segment creation did not finish (full disk or crash): %w", os.ErrNotExist)
+
+// checkComplete returns errIncomplete when the segment's data or checksum
+// file is short.
+func (s *Store) checkComplete(data, side *os.File, nblocks int) error {
+	ds, err := data.Stat()
+	if err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	ss, err := side.Stat()
+	if err != nil {
+		return fmt.Errorf("walstore: %w", err)
+	}
+	if ds.Size() < int64(s.segSize) || ss.Size() < int64(nblocks*entrySize) && ss.Size() != int64(nblocks*oldEntrySize) {
+		return fmt.Errorf("walstore: %s holds %d of %d bytes, its checksums %d of %d: %w", data.Name(),
+			ds.Size(), s.segSize, ss.Size(), nblocks*entrySize, errIncomplete)
+	}
+	return nil
 }
 
 // convertEntries rewrites a checksum file of the first format (8-byte

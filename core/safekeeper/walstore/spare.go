@@ -152,7 +152,7 @@ func zeroFill(f *os.File, size int64, stop <-chan struct{}) error {
 		}
 		n := min(int64(len(zero)), size-off)
 		if _, err := f.WriteAt(zero[:n], off); err != nil {
-			return fmt.Errorf("walstore: size %s: %w", f.Name(), err)
+			return fmt.Errorf("zero-fill: %w", err)
 		}
 	}
 	return nil

@@ -468,6 +468,10 @@ func (s *Store) notify() {
 
 // Write appends data at lsn. REQUIRES: lsn == WriteLSN(). The bytes are not
 // durable until a Flush that starts after Write returns.
+//
+// A Write that fails part way (a full disk when a new segment is created)
+// keeps what it wrote: WriteLSN says where it stopped, and a retry writes
+// the rest from there.
 func (s *Store) Write(lsn pg.LSN, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -502,8 +506,8 @@ func (s *Store) Write(lsn pg.LSN, data []byte) error {
 		}
 		lsn += pg.LSN(n)
 		data = data[n:]
+		s.writeLSN = lsn
 	}
-	s.writeLSN = lsn
 	return nil
 }
 
