@@ -35,9 +35,18 @@ import (
 type InMem struct {
 	path string
 
-	logMu sync.Mutex // guards f, w and frozen transitions
+	logMu sync.Mutex // guards f, w, the log's offsets and frozen transitions
 	f     *os.File
 	w     *bufio.Writer
+	// The log's durable prefix and what was appended since (see repair):
+	// synced is the offset the last successful Sync (or Open) made
+	// durable, off the offset after the last record handed to w, unsynced
+	// the batches appended since synced, and broken the error that left
+	// the log behind the index (a full disk), nil when it is not.
+	synced   int64
+	off      int64
+	unsynced [][]Version
+	broken   error
 
 	mu      sync.RWMutex
 	data    [][]byte               // chunks holding the versions' Data (from chunkPool); written under logMu, released under both
@@ -77,6 +86,7 @@ func OpenInMem(path string, now time.Time) (*InMem, error) {
 		return nil, err
 	}
 	m.w = bufio.NewWriterSize(f, 256<<10)
+	m.synced, m.off = good, good
 	return m, nil
 }
 
@@ -163,26 +173,74 @@ func (m *InMem) PutBatch(vs []Version) error {
 	if m.w == nil {
 		return ErrClosed
 	}
+	if m.broken != nil {
+		if err := m.repair(); err != nil {
+			return err
+		}
+	}
+	if err := m.appendBatch(vs); err != nil {
+		m.broken = err
+		return err
+	}
+	// Copy the data before taking the index lock: readers wait only for
+	// the inserts.
+	batch := make([]Version, len(vs))
+	for i, v := range vs {
+		v.Data = m.keep(v.Data)
+		batch[i] = v
+	}
+	m.unsynced = append(m.unsynced, batch)
+	m.mu.Lock()
+	for _, v := range batch {
+		m.insert(v)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// appendBatch appends vs and the batch's marker to the log. REQUIRES:
+// m.logMu held.
+func (m *InMem) appendBatch(vs []Version) error {
 	for i := range vs {
 		if err := m.appendLog(&vs[i]); err != nil {
 			return err
 		}
 	}
-	if err := m.appendLog(&Version{Kind: batchEnd, Seq: uint64(len(vs))}); err != nil {
-		return err
+	return m.appendLog(&Version{Kind: batchEnd, Seq: uint64(len(vs))})
+}
+
+// repair brings a broken log (a write or fsync failed: a full disk) back
+// in line with the index: it cuts the log at its durable prefix, appends
+// every batch put since, and syncs. Until it succeeds the layer's batches
+// since the last Sync are readable but not durable, and every PutBatch and
+// Sync tries it again (and fails with the error of the attempt), so the
+// layer takes writes again once space is freed. REQUIRES: m.logMu held.
+func (m *InMem) repair() error {
+	fail := func(err error) error {
+		m.broken = err
+		return fmt.Errorf("layer: log %s cannot catch up after %v: %w", m.path, m.broken, err)
 	}
-	// Copy the data before taking the index lock: readers wait only for
-	// the inserts.
-	kept := make([][]byte, len(vs))
-	for i := range vs {
-		kept[i] = m.keep(vs[i].Data)
+	if err := m.f.Truncate(m.synced); err != nil {
+		return fail(err)
 	}
-	m.mu.Lock()
-	for i, v := range vs {
-		v.Data = kept[i]
-		m.insert(v)
+	if _, err := m.f.Seek(m.synced, io.SeekStart); err != nil {
+		return fail(err)
 	}
-	m.mu.Unlock()
+	m.w.Reset(m.f)
+	m.off = m.synced
+	for _, b := range m.unsynced {
+		if err := m.appendBatch(b); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.w.Flush(); err != nil {
+		return fail(err)
+	}
+	if err := m.f.Sync(); err != nil {
+		return fail(err)
+	}
+	m.broken = nil
+	m.synced, m.unsynced = m.off, m.unsynced[:0]
 	return nil
 }
 
@@ -258,8 +316,11 @@ func (m *InMem) appendLog(v *Version) error {
 	if _, err := m.w.Write(hdr[:]); err != nil {
 		return err
 	}
-	_, err := m.w.Write(v.Data)
-	return err
+	if _, err := m.w.Write(v.Data); err != nil {
+		return err
+	}
+	m.off += int64(len(hdr) + len(v.Data))
+	return nil
 }
 
 func (m *InMem) insert(v Version) {
@@ -331,10 +392,19 @@ func (m *InMem) Sync() error {
 	if m.w == nil {
 		return nil
 	}
+	if m.broken != nil {
+		return m.repair()
+	}
 	if err := m.w.Flush(); err != nil {
+		m.broken = err
 		return err
 	}
-	return m.f.Sync()
+	if err := m.f.Sync(); err != nil {
+		m.broken = err
+		return err
+	}
+	m.synced, m.unsynced = m.off, m.unsynced[:0]
+	return nil
 }
 
 // Freeze makes the layer read-only: later Puts fail with ErrFrozen.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,6 +106,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, syscall.ENOSPC):
+		return status.Error(codes.ResourceExhausted, "pageserver disk full: "+err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }
