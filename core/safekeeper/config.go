@@ -56,6 +56,10 @@ type ArchiveConfig struct {
 	Interval time.Duration `mapstructure:"interval"`
 	// KeepLocal keeps local segments even when archived and consumed.
 	KeepLocal bool `mapstructure:"keep_local"`
+	// Takeover: each segment has one uploader in the group (its owner);
+	// another member uploads it when it is still missing this long after
+	// it could have (default 30 s).
+	Takeover time.Duration `mapstructure:"takeover"`
 }
 
 // DefaultConfig returns the defaults of a single safekeeper "sk1".
@@ -72,6 +76,7 @@ func DefaultConfig() Config {
 			Prefix:       "wal",
 			PartialAfter: 10 * time.Second,
 			Interval:     time.Second,
+			Takeover:     30 * time.Second,
 		},
 	}
 }

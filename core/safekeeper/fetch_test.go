@@ -21,9 +21,12 @@ import (
 func TestFetchFromPeerThatWasDown(t *testing.T) {
 	addrA := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
 	addrB := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
+	// The folders first: their removal must come after the nodes stop
+	// (cleanups run last registered first).
+	dirs := map[string]string{"sk1": t.TempDir(), "sk2": t.TempDir()}
 	newNode := func(id, addr, peer string) *Node {
 		cfg := DefaultConfig()
-		cfg.ID, cfg.DataDir, cfg.ListenAddr, cfg.Peers = id, t.TempDir(), addr, []string{peer}
+		cfg.ID, cfg.DataDir, cfg.ListenAddr, cfg.Peers = id, dirs[id], addr, []string{peer}
 		cfg.Postgres = "postgres://nobody@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1"
 		n, err := New(cfg, Deps{Logger: zerolog.Nop()})
 		if err != nil {

@@ -23,4 +23,5 @@ func BindFlags(fs *pflag.FlagSet, c *Config) {
 	fs.DurationVar(&c.Archive.PartialAfter, "archive-partial-after", c.Archive.PartialAfter, "upload the partial segment after this quiet time (0: never)")
 	fs.DurationVar(&c.Archive.Interval, "archive-interval", c.Archive.Interval, "how often the archiver looks for work")
 	fs.BoolVar(&c.Archive.KeepLocal, "archive-keep-local", c.Archive.KeepLocal, "keep local WAL even when archived and consumed")
+	fs.DurationVar(&c.Archive.Takeover, "archive-takeover", c.Archive.Takeover, "upload a segment another safekeeper owns when it is still missing this long after it could have been (0: 30s)")
 }

@@ -116,11 +116,21 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		n.peers = append(n.peers, c)
 	}
 	if deps.Archive != nil && cfg.Archive.Enabled {
-		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter, Logger: log}, st)
+		rank, size := groupRank(cfg.ListenAddr, cfg.Peers)
+		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter,
+			Rank: rank, GroupSize: size, Takeover: cfg.Archive.Takeover, Logger: log}, st)
 	}
 	n.m.flushLSN.Set(lsnFloat(st.FlushLSN()))
 	n.m.term.Set(float64(ctl.Term))
 	return n, nil
+}
+
+// groupRank places self among the group's addresses (sorted, so every
+// member agrees) for the archive's segment owners.
+func groupRank(self string, peers []string) (rank, size int) {
+	all := append([]string{self}, peers...)
+	sort.Strings(all)
+	return slices.Index(all, self), len(all)
 }
 
 func acceptorState(c walstore.Control) election.AcceptorState {

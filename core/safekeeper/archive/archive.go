@@ -5,6 +5,13 @@
 // reads WAL back (Fetch), which `strata wal fetch` uses as Postgres'
 // restore_command.
 //
+// In a group, each segment has one owner (segment number modulo the group
+// size picks the safekeeper by rank), which uploads it. The others check
+// that the object is there (Stat) and count it archived; only when it is
+// still missing Takeover after they could have uploaded it (the owner is
+// down or behind) do they upload it themselves. So the group reads,
+// writes and sends each segment once instead of once per safekeeper.
+//
 // It never deletes anything: local WAL removal is the node's decision.
 package archive
 
@@ -28,9 +35,19 @@ type Options struct {
 	Store        objectstore.Store
 	Prefix       string
 	PartialAfter time.Duration // 0: never upload partial segments
-	Logger       zerolog.Logger
-	Now          func() time.Time
+	// Rank and GroupSize place this safekeeper in its group (rank 0 ..
+	// GroupSize-1, the same order on every member); GroupSize <= 1 uploads
+	// every segment.
+	Rank, GroupSize int
+	// Takeover is how long a segment another member owns may stay missing
+	// from the store before this one uploads it (default 30 s).
+	Takeover time.Duration
+	Logger   zerolog.Logger
+	Now      func() time.Time
 }
+
+// DefaultTakeover is Options.Takeover's default.
+const DefaultTakeover = 30 * time.Second
 
 // Archiver uploads segments from a walstore.Store. Step is called from one
 // goroutine at a time.
@@ -41,6 +58,9 @@ type Archiver struct {
 	lastCommit  pg.LSN
 	lastChange  time.Time
 	partialDone pg.LSN
+
+	waiting map[uint64]time.Time // segments other members own, missing from the store since
+	inStore map[uint64]bool      // segments past a gap known to be in the store
 }
 
 // New returns an archiver of st.
@@ -48,7 +68,10 @@ func New(o Options, st *walstore.Store) *Archiver {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Archiver{o: o, st: st}
+	if o.Takeover <= 0 {
+		o.Takeover = DefaultTakeover
+	}
+	return &Archiver{o: o, st: st, waiting: map[uint64]time.Time{}, inStore: map[uint64]bool{}}
 }
 
 // Key returns the object key of a segment (partial: with ".partial").
@@ -71,34 +94,49 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 	limit := min(commit, ctl.FlushLSN)
 	archived := max(ctl.ArchivedLSN, ctl.StartLSN)
 	archived = pg.LSN(uint64(archived) / seg * seg)
-	for uint64(archived)+seg <= uint64(limit) {
-		no := uint64(archived) / seg
-		name := walstore.SegmentName(ctl.Timeline, no, seg)
-		data, err := a.read(archived, archived+pg.LSN(seg))
+	// Past a segment still missing (its owner's turn), this member goes on
+	// with the segments it owns; archived stops at the first gap.
+	gap := false
+	for p := archived; uint64(p)+seg <= uint64(limit); p += pg.LSN(seg) {
+		done, err := a.segment(ctx, ctl, p)
 		if err != nil {
 			return archived, err
 		}
-		err = a.o.Store.Put(ctx, Key(a.o.Prefix, ctl.SystemID, name, false), bytes.NewReader(data),
-			objectstore.PutOptions{IfNotExists: true, Size: int64(len(data))})
-		if err != nil && !errors.Is(err, objectstore.ErrExists) {
-			return archived, fmt.Errorf("archive: upload %s: %w", name, err)
+		if !done {
+			gap = true
+			continue
 		}
-		// A partial copy of this segment is superseded now.
-		if err := a.o.Store.Delete(ctx, Key(a.o.Prefix, ctl.SystemID, name, true)); err != nil {
-			a.o.Logger.Warn().Err(err).Str("segment", name).Msg("archive: delete superseded partial segment")
+		if gap {
+			continue
 		}
-		archived += pg.LSN(seg)
+		archived = p + pg.LSN(seg)
 		next := archived
 		if err := a.st.UpdateControl(func(c *walstore.Control) { c.ArchivedLSN = max(c.ArchivedLSN, next) }); err != nil {
 			return archived, err
 		}
-		a.o.Logger.Debug().Str("segment", name).Msg("archive: uploaded segment")
+	}
+	for no := range a.waiting {
+		if no < uint64(archived)/seg {
+			delete(a.waiting, no)
+		}
+	}
+	for no := range a.inStore {
+		if no < uint64(archived)/seg {
+			delete(a.inStore, no)
+		}
+	}
+	if gap {
+		return archived, nil
 	}
 	now := a.o.Now()
 	if limit != a.lastCommit {
 		a.lastCommit, a.lastChange = limit, now
 	}
-	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && now.Sub(a.lastChange) >= a.o.PartialAfter {
+	quiet := a.o.PartialAfter
+	if !a.owns(uint64(archived) / seg) {
+		quiet += a.o.Takeover // the owner's job, unless it is gone
+	}
+	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && now.Sub(a.lastChange) >= quiet {
 		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
 		data, err := a.read(archived, limit)
 		if err != nil {
@@ -112,6 +150,76 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 		a.o.Logger.Debug().Str("segment", name).Str("end", limit.String()).Msg("archive: uploaded partial segment")
 	}
 	return archived, nil
+}
+
+// segment archives the full segment at p, or finds it in the store: it
+// reports whether the segment is in the store now. A segment another
+// member owns is left to it until Takeover has passed.
+func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN) (bool, error) {
+	seg := a.st.SegmentSize()
+	no := uint64(p) / seg
+	name := walstore.SegmentName(ctl.Timeline, no, seg)
+	key := Key(a.o.Prefix, ctl.SystemID, name, false)
+	if a.inStore[no] {
+		return true, nil
+	}
+	// A Stat before the upload costs far less than reading and sending a
+	// segment that is there already (another member took over, or this
+	// one uploaded it past a gap before a restart).
+	there, err := a.stored(ctx, key, int64(seg))
+	if err != nil || there {
+		delete(a.waiting, no)
+		a.inStore[no] = there
+		return there, err
+	}
+	if !a.owns(no) {
+		since, ok := a.waiting[no]
+		if !ok {
+			a.waiting[no] = a.o.Now()
+			return false, nil
+		}
+		if a.o.Now().Sub(since) < a.o.Takeover {
+			return false, nil // the owner's turn
+		}
+		a.o.Logger.Info().Str("segment", name).Dur("waited", a.o.Now().Sub(since)).
+			Msg("archive: the segment's owner did not upload it; uploading it here")
+	}
+	data, err := a.read(p, p+pg.LSN(seg))
+	if err != nil {
+		return false, err
+	}
+	err = a.o.Store.Put(ctx, key, bytes.NewReader(data), objectstore.PutOptions{IfNotExists: true, Size: int64(len(data))})
+	if err != nil && !errors.Is(err, objectstore.ErrExists) {
+		return false, fmt.Errorf("archive: upload %s: %w", name, err)
+	}
+	delete(a.waiting, no)
+	a.inStore[no] = true
+	// A partial copy of this segment is superseded now.
+	if err := a.o.Store.Delete(ctx, Key(a.o.Prefix, ctl.SystemID, name, true)); err != nil {
+		a.o.Logger.Warn().Err(err).Str("segment", name).Msg("archive: delete superseded partial segment")
+	}
+	a.o.Logger.Debug().Str("segment", name).Msg("archive: uploaded segment")
+	return true, nil
+}
+
+// owns reports whether this member uploads segment no first.
+func (a *Archiver) owns(no uint64) bool {
+	return a.o.GroupSize <= 1 || int(no%uint64(a.o.GroupSize)) == a.o.Rank
+}
+
+// stored reports whether the object store holds key with size bytes.
+func (a *Archiver) stored(ctx context.Context, key string, size int64) (bool, error) {
+	oi, err := a.o.Store.Stat(ctx, key)
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("archive: stat %s: %w", key, err)
+	}
+	if oi.Size != size {
+		return false, fmt.Errorf("archive: %s holds %d bytes, want %d", key, oi.Size, size)
+	}
+	return true, nil
 }
 
 func (a *Archiver) read(from, to pg.LSN) ([]byte, error) {

@@ -1,0 +1,138 @@
+package archive
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+const seg = 64 << 10
+
+// countingStore counts the Puts of each key.
+type countingStore struct {
+	objectstore.Store
+	mu   sync.Mutex
+	puts map[string]int
+}
+
+func (c *countingStore) Put(ctx context.Context, key string, r io.Reader, o objectstore.PutOptions) error {
+	c.mu.Lock()
+	c.puts[key]++
+	c.mu.Unlock()
+	return c.Store.Put(ctx, key, r, o)
+}
+
+// group opens n stores holding the same WAL (wal bytes from start).
+func group(t *testing.T, n int, start pg.LSN, wal []byte) []*walstore.Store {
+	var out []*walstore.Store
+	for i := 0; i < n; i++ {
+		st, err := walstore.Open(walstore.Options{Dir: t.TempDir(), SegmentSize: seg, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		if err := st.Init(start, 7, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Write(start, wal); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// TestGroupUploadsEachSegmentOnce: three members archive the same WAL;
+// each full segment is uploaded once (by its owner), every member counts
+// all of them archived, and the archive holds the WAL byte for byte. With
+// the owner of some segments gone, the others take over after Takeover.
+func TestGroupUploadsEachSegmentOnce(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(4 * seg)
+	wal := make([]byte, 7*seg+1000) // 7 full segments and a partial one
+	rand.New(rand.NewSource(1)).Read(wal)
+	end := start + pg.LSN(len(wal))
+	sts := group(t, 3, start, wal)
+	store := &countingStore{Store: objectstore.NewMemory(), puts: map[string]int{}}
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	var archs []*Archiver
+	for i, st := range sts {
+		archs = append(archs, New(Options{Store: store, Prefix: "wal", Rank: i, GroupSize: 3, Takeover: 30 * time.Second,
+			Logger: zerolog.Nop(), Now: clock}, st))
+	}
+	// Member 2 is gone: the segments it owns (numbers 5, 8, 11) wait.
+	full := end / seg * seg
+	step := func(members ...int) []pg.LSN {
+		var got []pg.LSN
+		for _, m := range members {
+			a, err := archs[m].Step(ctx, end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, a)
+		}
+		return got
+	}
+	for round := 0; round < 5; round++ {
+		step(0, 1)
+		now = now.Add(time.Second)
+	}
+	if got := step(0, 1); got[0] != 5*seg || got[1] != 5*seg {
+		t.Fatalf("archived %v with segment 5's owner gone, want %d", got, 5*seg)
+	}
+	for k, n := range store.puts {
+		if n != 1 {
+			t.Fatalf("%s uploaded %d times", k, n)
+		}
+	}
+	// Segments 4..10 are full; member 2 owns 5 and 8.
+	if len(store.puts) != 5 || store.puts["wal/7/000000010000000000000005"] != 0 || store.puts["wal/7/000000010000000000000008"] != 0 {
+		t.Fatalf("uploads before the takeover: %v; want 4, 6, 7, 9 and 10", store.puts)
+	}
+	now = now.Add(31 * time.Second)
+	if got := step(0, 1); got[0] != full || got[1] != full {
+		t.Fatalf("archived %v after the takeover, want %s", got, full)
+	}
+	// Member 2 comes back: it finds everything there and uploads nothing.
+	before := len(store.puts)
+	if got := step(2); got[0] != full {
+		t.Fatalf("member 2 archived %s, want %s", got[0], full)
+	}
+	total := 0
+	for k, n := range store.puts {
+		total += n
+		if n != 1 && k[len(k)-8:] != ".partial" {
+			t.Fatalf("%s uploaded %d times", k, n)
+		}
+	}
+	if len(store.puts) != before {
+		t.Fatalf("member 2 uploaded %d segments the others had", len(store.puts)-before)
+	}
+	if want := int(full-start) / seg; total != want {
+		t.Fatalf("%d uploads for %d full segments", total, want)
+	}
+	for p := start; p < full; p += seg {
+		var buf bytes.Buffer
+		name := walstore.SegmentName(1, uint64(p)/seg, seg)
+		if err := Fetch(ctx, store, "wal", 7, name, seg, &buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), wal[p-start:p-start+seg]) {
+			t.Fatalf("archived %s differs from the WAL", name)
+		}
+	}
+}
