@@ -519,6 +519,11 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 		// A supervisor starts it again if it dies after running 10 s.
 		"--restart-on-crash",
 	}
+	if c.cfg.Storage.ImagePolicy == "writeback" {
+		// The pageserver ingests no WAL, so no consumer ever says what
+		// may go: keep SafekeeperRetain bytes, the archive holds the rest.
+		args = append(args, "--archive-retain", strconv.FormatUint(SafekeeperRetain, 10))
+	}
 	if a := c.metricsAddr(i); a != "" {
 		args = append(args, "--metrics-addr", a)
 	}
@@ -530,6 +535,10 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 	env := []string{"STRATA_SAFEKEEPER_POSTGRES=" + fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", ReplUser, replPW, c.cfg.Compute.Port)}
 	return startDetached("safekeeper "+id, c.strata, args, filepath.Join(dir, "safekeeper.log"), env)
 }
+
+// SafekeeperRetain is how much archived WAL each safekeeper of a
+// writeback-mode cluster keeps locally (--archive-retain).
+const SafekeeperRetain = 1 << 30
 
 // waitQuorum waits until enough safekeepers stream from Postgres for a
 // synchronous commit to return.

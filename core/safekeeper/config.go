@@ -56,6 +56,12 @@ type ArchiveConfig struct {
 	Interval time.Duration `mapstructure:"interval"`
 	// KeepLocal keeps local segments even when archived and consumed.
 	KeepLocal bool `mapstructure:"keep_local"`
+	// Retain, for a group no consumer streams WAL from (a writeback-mode
+	// pageserver ingests none): archived WAL more than this many bytes
+	// below the flush LSN is removed without waiting for a consumer (a
+	// starting compute reads older WAL from the archive). 0 (the default):
+	// nothing is removed until a consumer reports.
+	Retain uint64 `mapstructure:"retain"`
 	// Takeover: each segment has one uploader in the group (its owner);
 	// another member uploads it when it is still missing this long after
 	// it could have (default 30 s).

@@ -862,14 +862,35 @@ func (n *Node) archiveLoop(ctx context.Context) {
 		if n.cfg.Archive.KeepLocal {
 			continue
 		}
-		// Local WAL may go once it is archived and every consumer made it
-		// durable; with no consumer yet, nothing is removed.
-		if d := n.consumerDurable(); d > 0 {
-			if err := n.st.RemoveBefore(min(d, archived)); err != nil {
+		if b := n.removalBound(archived); b > 0 {
+			if err := n.st.RemoveBefore(b); err != nil {
 				n.log.Warn().Err(err).Msg("safekeeper: remove old WAL")
 			}
 		}
 	}
+}
+
+// removalBound is the LSN below which local WAL may go (0: nothing). It
+// must be archived, and:
+//   - with consumers (a pageserver that ingests WAL), durable at every
+//     consumer that reported;
+//   - with none, only when Archive.Retain is set (a group whose pageserver
+//     ingests no WAL: writeback mode), more than Retain bytes below the
+//     flush LSN; a starting compute reads older WAL from the archive.
+//     Unset, nothing goes until a consumer reports.
+func (n *Node) removalBound(archived pg.LSN) pg.LSN {
+	n.mu.Lock()
+	consumers := len(n.consumers)
+	n.mu.Unlock()
+	if consumers > 0 {
+		return min(archived, n.consumerDurable())
+	}
+	retain := pg.LSN(n.cfg.Archive.Retain)
+	flush := n.st.FlushLSN()
+	if retain == 0 || flush <= retain {
+		return 0
+	}
+	return min(archived, flush-retain)
 }
 
 var _ server.Backend = (*Node)(nil)

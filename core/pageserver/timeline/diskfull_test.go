@@ -34,7 +34,9 @@ func TestDiskFull(t *testing.T) {
 	tl := open()
 	defer func() { tl.Close() }()
 	want := map[pg.PageKey][]byte{}
-	page := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8), 0x5A}, pg.BlockSize/3+1)[:pg.BlockSize] }
+	page := func(i int) []byte {
+		return bytes.Repeat([]byte{byte(i), byte(i >> 8), 0x5A}, pg.BlockSize/3+1)[:pg.BlockSize]
+	}
 	var werr error
 	i := 0
 	for ; i < 2000; i++ {
