@@ -484,11 +484,24 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	// target size at a key boundary; declared ranges tile the key space.
 	var hs []*handle
 	iw := &imageWriter{t: t, lsn: lsn}
-	nkeys := 0
-	err := t.ScanKeys(ctx, keyspace.All, lsn, func(k keyspace.Key) error {
+	nkeys, skipped := 0, 0
+	dropped, err := t.droppedRels(ctx, lsn)
+	if err != nil {
+		return err
+	}
+	err = t.ScanKeys(ctx, keyspace.All, lsn, func(k keyspace.Key) error {
 		cs, _, err := t.collect(ctx, k, lsn)
 		if err != nil {
 			return err
+		}
+		if k.IsRelBlock() && len(cs) > 0 {
+			// A page of a dropped relation, not written since the drop:
+			// it does not exist at lsn. Before, every image layer copied
+			// such pages again, and GC could never let them go.
+			if at, ok := dropped[k.Rel()]; ok && cs[0].v.LSN <= at {
+				skipped++
+				return nil
+			}
 		}
 		d, _, err := t.materialize(ctx, k, lsn, cs)
 		if errors.Is(err, ErrNotFound) {
@@ -520,8 +533,32 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 		}
 		return err
 	}
-	t.log.Debug().Int("keys", nkeys).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
+	t.log.Debug().Int("keys", nkeys).Int("dropped_pages", skipped).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
 	return t.replaceLayers(nil, hs)
+}
+
+// droppedRels returns the relation forks dropped (DropRel: a tombstone of
+// the size key) at or below lsn, with the LSN of the last drop: a page
+// whose newest version is not above it belongs to a dropped incarnation
+// (the fork may have been created again since, under the same number).
+func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (map[pg.RelTag]pg.LSN, error) {
+	out := map[pg.RelTag]pg.LSN{}
+	err := t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
+		if !k.IsRelSize() {
+			return nil
+		}
+		cs, _, err := t.collect(ctx, k, lsn)
+		if err != nil {
+			return err
+		}
+		// Newest first, ending at a base: a tombstone is one, so the last
+		// drop, if any, is the last candidate.
+		if n := len(cs); n > 0 && cs[n-1].v.Kind == layer.Tombstone {
+			out[k.Rel()] = cs[n-1].v.LSN
+		}
+		return nil
+	})
+	return out, err
 }
 
 // imageWriter writes layer files one after the other (image layers; and
