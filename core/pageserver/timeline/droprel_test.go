@@ -85,4 +85,27 @@ func TestImageLayerLeavesOutDroppedRelations(t *testing.T) {
 			t.Fatalf("re-created page %d: %v", i, err)
 		}
 	}
+	// With no history kept, GC deletes the older layers, and with them
+	// the dropped pages: what is left is about the image.
+	tl.opts.GCHorizon, tl.opts.PITR = 0, 0
+	var before int64
+	for _, d := range tl.Layers() {
+		before += d.Size
+	}
+	if _, err := tl.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var after int64
+	for _, d := range tl.Layers() {
+		after += d.Size
+	}
+	if after > 90*pg.BlockSize {
+		t.Fatalf("after GC the layers hold %d bytes (%d before), want about 80 pages", after, before)
+	}
+	t.Logf("layers: %d bytes before GC, %d after", before, after)
+	for i := uint32(0); i < n; i++ {
+		if got, err := tl.GetPage(ctx, live.Page(i), LatestLSN, 0); err != nil || !bytes.Equal(got, page(1)) {
+			t.Fatalf("live page %d after GC: %v", i, err)
+		}
+	}
 }
