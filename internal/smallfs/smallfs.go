@@ -17,20 +17,31 @@ import (
 // outcome (lazily, so that a file a failed test left open cannot keep it).
 func Mount(t testing.TB, size int64) string {
 	t.Helper()
+	dir := t.TempDir()
+	MountAt(t, dir, size, "0700")
+	return dir
+}
+
+// MountAt mounts a tmpfs of size bytes on dir (created when missing) with
+// the given mode, removed when the test ends like Mount's. Cleanups run
+// last registered first: stop whatever writes into dir in a cleanup
+// registered after this call.
+func MountAt(t testing.TB, dir string, size int64, mode string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("smallfs: mounting a tmpfs needs root")
 	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=%s", size, mode)); err != nil {
 		t.Skipf("smallfs: mount tmpfs on %s: %v", dir, err)
 	}
-	// Registered after TempDir's cleanup, so it runs first.
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Errorf("smallfs: unmount %s: %v", dir, err)
 		}
 	})
-	return dir
 }
 
 // Resize changes the size of the tmpfs mounted on dir (by Mount), keeping
