@@ -216,9 +216,10 @@ func (m *InMem) appendBatch(vs []Version) error {
 // Sync tries it again (and fails with the error of the attempt), so the
 // layer takes writes again once space is freed. REQUIRES: m.logMu held.
 func (m *InMem) repair() error {
+	first := m.broken
 	fail := func(err error) error {
 		m.broken = err
-		return fmt.Errorf("layer: log %s cannot catch up after %v: %w", m.path, m.broken, err)
+		return fmt.Errorf("layer: log %s cannot catch up after %v: %w", m.path, first, err)
 	}
 	if err := m.f.Truncate(m.synced); err != nil {
 		return fail(err)
