@@ -24,28 +24,36 @@ import (
 	"github.com/stratadb/strata/sdk/objectstore"
 )
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+// Test servers listen below the kernel's ephemeral port range: a port
+// from that range, free when picked, can become the local port of an
+// outgoing connection while its server is down, and the server's restart
+// then fails with "address already in use" (seen in CI: a safekeeper
+// restarted by TestSafekeeperMissingAtStartJoinsLater).
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
+				return n
+			}
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+	return 32768
 }
 
-// consecutiveFree finds n consecutive free ports.
+var nextPort = 10000 + os.Getpid()%2000*5
+
+// consecutiveFree finds n consecutive free ports below the ephemeral
+// range.
 func consecutiveFree(t *testing.T, n int) int {
 	t.Helper()
-	for base := 20000 + os.Getpid()%20000; base < 60000; base += n + 7 {
+	limit := ephemeralStart()
+	for tries := 0; tries < 4000; tries++ {
+		if nextPort+n > limit {
+			nextPort = 10000
+		}
+		base := nextPort
+		nextPort += n + 1
 		ok := true
 		for i := 0; i < n && ok; i++ {
 			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(base+i)))
@@ -61,6 +69,16 @@ func consecutiveFree(t *testing.T, n int) int {
 	}
 	t.Fatal("no free port range")
 	return 0
+}
+
+// freePorts finds n free ports below the ephemeral range.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for len(ports) < n {
+		ports = append(ports, consecutiveFree(t, 1))
+	}
+	return ports
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
