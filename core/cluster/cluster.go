@@ -361,6 +361,10 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Proc{}, err
 	}
+	horizon, err := c.cfg.Storage.GCHorizonBytes()
+	if err != nil {
+		return Proc{}, fmt.Errorf("cluster: storage.gc_horizon: %w", err)
+	}
 	args := []string{"pageserver",
 		"--listen", c.pageserverAddr(),
 		"--data-dir", dir,
@@ -369,6 +373,8 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 		"--pushdown-deltas", strconv.Itoa(c.cfg.Storage.PushdownDeltas),
 		"--pushdown-bytes", strconv.Itoa(c.cfg.Storage.PushdownBytes),
 		"--hot-burst", strconv.Itoa(c.cfg.Storage.HotBurst),
+		"--pitr", c.cfg.Storage.PITR.String(),
+		"--gc-horizon", strconv.FormatInt(horizon, 10),
 		// A supervisor starts it again if it dies after running 10 s:
 		// its durable state is on disk and in the object store. Page
 		// writes it held that were not yet durable are lost; the compute

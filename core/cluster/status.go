@@ -42,6 +42,9 @@ type Status struct {
 	PageserverLast    pg.LSN // last record
 	PageserverDurable pg.LSN
 	PageserverRemote  pg.LSN // remote consistent (in the object store)
+	// PageserverGCCutoff: the oldest LSN the pageserver still reads at
+	// (storage.pitr and storage.gc_horizon move it up).
+	PageserverGCCutoff pg.LSN
 	// Compute is the agent's report (nil when it does not answer).
 	Compute *agent.Report
 }
@@ -139,6 +142,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 				for _, t := range tls {
 					if t.ID == tl {
 						s.PageserverLast, s.PageserverDurable, s.PageserverRemote = t.LSNs.LastRecord, t.LSNs.Durable, t.LSNs.RemoteConsistent
+						s.PageserverGCCutoff = t.LSNs.GCCutoff
 					}
 				}
 			}
@@ -165,7 +169,7 @@ func (s *Status) Print(w io.Writer) {
 			r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Strategy)
 	}
 	if s.Timeline != "" {
-		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote)
+		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff)
 	}
 	for _, k := range s.Safekeepers {
 		if k.Err != "" {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/stratadb/strata/plugins/cache/lfc"
 	"github.com/stratadb/strata/plugins/cache/sharedbuffers"
@@ -62,7 +63,18 @@ type Storage struct {
 	// HotBurst: hot also materializes at once a page with this many deltas
 	// in one ingest batch (default 4).
 	HotBurst int `mapstructure:"hot_burst"`
+	// PITR is how long the pageserver keeps page history (default 1h):
+	// reads, branches and basebackups at an older LSN are refused, and GC
+	// deletes layer files only below it. Space a dropped table or
+	// database held comes back once it is older than this.
+	PITR time.Duration `mapstructure:"pitr"`
+	// GCHorizon: ... and at least this much WAL of history behind the last
+	// record ("64MiB", "1GB" or bytes; default 64MiB).
+	GCHorizon string `mapstructure:"gc_horizon"`
 }
+
+// GCHorizonBytes parses GCHorizon.
+func (s Storage) GCHorizonBytes() (int64, error) { return ParseBytes(s.GCHorizon) }
 
 // Validate checks the storage section.
 func (s *Storage) Validate() error {
@@ -87,6 +99,12 @@ func (s *Storage) Validate() error {
 	}
 	if s.HotBurst <= 0 {
 		return fmt.Errorf("storage.hot_burst: %d: must be positive", s.HotBurst)
+	}
+	if s.PITR < 0 {
+		return fmt.Errorf("storage.pitr: %s: must be 0 or positive", s.PITR)
+	}
+	if _, err := s.GCHorizonBytes(); err != nil {
+		return fmt.Errorf("storage.gc_horizon: %w", err)
 	}
 	return nil
 }
@@ -310,8 +328,9 @@ func Default() Config {
 				SharedBuffers: sharedbuffers.DefaultConfig(),
 			},
 		},
-		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback", PushdownDeltas: 16, HotBurst: 4},
-		Log:     Log{Level: "info", Format: "auto"},
+		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback", PushdownDeltas: 16, HotBurst: 4,
+			PITR: time.Hour, GCHorizon: "64MiB"},
+		Log: Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",
 			Mode: ModeBuiltin,

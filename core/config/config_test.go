@@ -99,6 +99,9 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad pushdown deltas", "storage:\n  pushdown_deltas: 0\n", nil, []string{"storage.pushdown_deltas", "positive"}},
 		{"bad pushdown deltas env", "", []string{"STRATA_STORAGE_PUSHDOWN_DELTAS=-3"}, []string{"storage.pushdown_deltas", "-3"}},
 		{"bad hot burst", "storage:\n  hot_burst: 0\n", nil, []string{"storage.hot_burst"}},
+		{"bad pitr", "storage:\n  pitr: an hour\n", nil, []string{"storage.pitr"}},
+		{"negative pitr", "storage:\n  pitr: -5m\n", nil, []string{"storage.pitr", "-5m"}},
+		{"bad gc horizon", "storage:\n  gc_horizon: plenty\n", nil, []string{"storage.gc_horizon", "plenty"}},
 		{"bad pageserver port", "cluster:\n  pageserver_port: 70000\n", nil, []string{"cluster.pageserver_port", "70000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,6 +123,23 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestStorageRetention(t *testing.T) {
+	cfg, err := LoadEnv("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := cfg.Storage.GCHorizonBytes(); cfg.Storage.PITR != time.Hour || err != nil || h != 64<<20 {
+		t.Fatalf("defaults: pitr %s, gc_horizon %d (%v); want 1h, 64 MiB", cfg.Storage.PITR, h, err)
+	}
+	cfg, err = LoadEnv(writeFile(t, "storage:\n  pitr: 5m\n  gc_horizon: 1GB\n"), []string{"STRATA_STORAGE_PITR=90s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := cfg.Storage.GCHorizonBytes(); cfg.Storage.PITR != 90*time.Second || h != 1<<30 {
+		t.Fatalf("pitr %s, gc_horizon %d; want 90s (the environment), 1 GiB", cfg.Storage.PITR, h)
 	}
 }
 

@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestStorageRetention: storage.pitr and storage.gc_horizon reach the
+// pageserver of `strata up`. With two seconds and 1 MiB of history, the GC
+// cutoff (`strata status`) rises above zero once the first in-memory layer
+// (64 MB of pages) is flushed, and stays at least gc_horizon below the last
+// record.
+func TestStorageRetention(t *testing.T) {
+	_, base := newTestCluster(t)
+	b, err := os.ReadFile(base.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := string(b) + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n"
+	if err := os.WriteFile(base.Path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadEnv(base.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg, buildStrata(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, _ := upWithTable(t, ctx, c)
+	// About 100 MB of table pages: more than one in-memory layer.
+	exec1(t, ctx, url, "CREATE TABLE filler (id int, pad text)")
+	for i := 0; i < 5; i++ {
+		exec1(t, ctx, url, "INSERT INTO filler SELECT g, repeat('x', 900) FROM generate_series(1, 20000) g")
+		exec1(t, ctx, url, "CHECKPOINT")
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	var st *Status
+	for {
+		st, err = c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PageserverGCCutoff > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gc cutoff still 0 after 90 s with pitr 2s (last record %s)", st.PageserverLast)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("gc cutoff %s, last record %s", st.PageserverGCCutoff, st.PageserverLast)
+	if st.PageserverGCCutoff > st.PageserverLast-pg.LSN(1<<20) {
+		t.Fatalf("gc cutoff %s is less than gc_horizon (1 MiB) below the last record %s", st.PageserverGCCutoff, st.PageserverLast)
+	}
+	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM filler"); n != "100000" {
+		t.Fatalf("filler has %s rows, want 100000", n)
+	}
+}
