@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // pageserver of `strata up`. With two seconds and 1 MiB of history, the GC
 // cutoff (`strata status`) rises above zero once the first in-memory layer
 // (64 MB of pages) is flushed, and stays at least gc_horizon below the last
-// record.
+// record. `strata status` shows each part's disk use and the room left.
 func TestStorageRetention(t *testing.T) {
 	_, base := newTestCluster(t)
 	b, err := os.ReadFile(base.Path)
@@ -63,6 +64,20 @@ func TestStorageRetention(t *testing.T) {
 	if st.PageserverGCCutoff > st.PageserverLast-pg.LSN(1<<20) {
 		t.Fatalf("gc cutoff %s is less than gc_horizon (1 MiB) below the last record %s", st.PageserverGCCutoff, st.PageserverLast)
 	}
+	// strata status also says what each part keeps on disk.
+	use := map[string]int64{}
+	for _, d := range st.Disk {
+		use[d.Name] = d.Bytes
+	}
+	if use["pageserver"] < 32<<20 || use["safekeepers"] < 3*16<<20 || use["objects"] == 0 || len(st.Free) == 0 || st.Free[0].Free == 0 {
+		t.Fatalf("disk use %v, free %+v: want the pageserver's layers (over 32 MiB), three safekeepers' segments, the objects and the room left", use, st.Free)
+	}
+	var out strings.Builder
+	st.Print(&out)
+	if !strings.Contains(out.String(), "disk      safekeepers ") || !strings.Contains(out.String(), "free      ") {
+		t.Fatalf("strata status does not show disk use:\n%s", out.String())
+	}
+	t.Logf("status:\n%s", out.String())
 	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM filler"); n != "100000" {
 		t.Fatalf("filler has %s rows, want 100000", n)
 	}

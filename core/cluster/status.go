@@ -47,6 +47,10 @@ type Status struct {
 	PageserverGCCutoff pg.LSN
 	// Compute is the agent's report (nil when it does not answer).
 	Compute *agent.Report
+	// Disk: what each part keeps on local disk; Free: the room left on
+	// each filesystem that holds them.
+	Disk []DiskUse
+	Free []DiskFree
 }
 
 // SafekeeperStatus is one safekeeper's own view.
@@ -75,6 +79,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		byName[s.Procs[i].Name] = &s.Procs[i]
 	}
 	c.storageStatus(ctx, st, s)
+	c.diskStatus(s)
 	if s.PostgresPID == 0 {
 		return s, nil
 	}
@@ -178,6 +183,7 @@ func (s *Status) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  commit %s  commit_lag %d B\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN, max(0, int64(s.CurrentLSN)-int64(k.CommitLSN)))
 	}
+	s.printDisk(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tALIVE\tSTATE\tSYNC\tWRITE_LSN\tFLUSH_LSN\tFLUSH_LAG")
 	for _, p := range s.Procs {
