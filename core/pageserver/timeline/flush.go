@@ -498,7 +498,14 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 			// A page of a dropped relation, not written since the drop:
 			// it does not exist at lsn. Before, every image layer copied
 			// such pages again, and GC could never let them go.
-			if at, ok := dropped[k.Rel()]; ok && cs[0].v.LSN <= at {
+			//
+			// Strictly below: once an image layer was made after the drop,
+			// the size key reads as a tombstone at that image's LSN, not
+			// the drop's, and the pages that image kept carry the same
+			// LSN. A page written at or after the drop (Postgres does not,
+			// without creating the fork again; the model test does) stays,
+			// and so do the rare pages written at the drop's very LSN.
+			if at, ok := dropped[k.Rel()]; ok && cs[0].v.LSN < at {
 				skipped++
 				return nil
 			}
@@ -538,9 +545,10 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 }
 
 // droppedRels returns the relation forks dropped (DropRel: a tombstone of
-// the size key) at or below lsn, with the LSN of the last drop: a page
-// whose newest version is not above it belongs to a dropped incarnation
-// (the fork may have been created again since, under the same number).
+// the size key) at or below lsn, with the LSN of the last drop (or of the
+// first image layer after it, which holds no size key): a page whose
+// newest version is below it belongs to a dropped incarnation (the fork
+// may have been created again since, under the same number).
 func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (map[pg.RelTag]pg.LSN, error) {
 	out := map[pg.RelTag]pg.LSN{}
 	err := t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
