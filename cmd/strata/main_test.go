@@ -124,3 +124,29 @@ func TestBadConfigIsOneClearLine(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOfStoppedCluster: `strata status` on a cluster that is not
+// running says so (exit 1) and still shows the disk its state takes.
+func TestStatusOfStoppedCluster(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	state, objs := filepath.Join(dir, "state"), filepath.Join(dir, "objs")
+	os.WriteFile(cfg, []byte("cluster:\n  data_dir: "+state+"\nobjectstore:\n  type: fs\n  fs:\n    root: "+objs+"\n"), 0o644)
+	if out, e, code := run(t, bin, dir, nil, "--config", cfg, "status"); code != 1 || out != "" || !strings.Contains(e, "not running") {
+		t.Fatalf("status of a cluster never started: exit %d, stdout %q, stderr %q; want 1, nothing, not running", code, out, e)
+	}
+	os.MkdirAll(filepath.Join(state, "pageserver", "timelines"), 0o755)
+	os.WriteFile(filepath.Join(state, "pageserver", "timelines", "layer"), make([]byte, 3<<20), 0o644)
+	os.MkdirAll(objs, 0o755)
+	os.WriteFile(filepath.Join(objs, "obj"), make([]byte, 1<<20), 0o644)
+	out, e, code := run(t, bin, dir, nil, "--config", cfg, "status")
+	if code != 1 || !strings.Contains(e, "not running") {
+		t.Fatalf("status of a stopped cluster: exit %d, stderr %q; want 1, not running", code, e)
+	}
+	for _, want := range []string{"pageserver 3.0 MiB", "objects 1.0 MiB", "safekeepers 0 B", "free ", "on the filesystem of " + state} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status of a stopped cluster does not show %q:\n%s", want, out)
+		}
+	}
+}

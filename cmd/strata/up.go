@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -73,7 +74,7 @@ func newDownCmd(a *app) *cobra.Command {
 func newStatusCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Show each process of the cluster, its LSNs and lags",
+		Short: "Show each process of the cluster, its LSNs and lags, and the disk it takes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.cluster()
@@ -81,6 +82,10 @@ func newStatusCmd(a *app) *cobra.Command {
 				return err
 			}
 			st, err := c.Status(cmd.Context())
+			if errors.Is(err, cluster.ErrNotRunning) {
+				// A stopped cluster still takes disk: say how much.
+				c.DiskStatus().PrintDisk(os.Stdout)
+			}
 			if err != nil {
 				return err
 			}

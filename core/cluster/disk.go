@@ -125,6 +125,27 @@ func fmtBytes(n uint64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
+// DiskStatus is the disk part of Status alone: it needs no running
+// process, so `strata status` shows it for a stopped cluster too.
+func (c *Cluster) DiskStatus() *Status {
+	s := &Status{}
+	c.diskStatus(s)
+	return s
+}
+
+// PrintDisk writes the disk lines of a status report, none when no part
+// keeps anything yet.
+func (s *Status) PrintDisk(w io.Writer) {
+	var total int64
+	for _, d := range s.Disk {
+		total += d.Bytes
+	}
+	if total == 0 {
+		return
+	}
+	s.printDisk(w)
+}
+
 // printDisk writes the disk lines of a status report.
 func (s *Status) printDisk(w io.Writer) {
 	if len(s.Disk) == 0 {
