@@ -666,11 +666,13 @@ func (t *Timeline) gcCutoffNow() pg.LSN {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.opts.PITR > 0 {
+		// The newest LSN known to exist by now - pitr: history after it
+		// is kept.
 		limit := t.d.Now().Add(-t.opts.PITR)
 		var p pg.LSN
 		for _, lt := range t.lsnTimes {
-			if lt.t.Before(limit) || lt.t.Equal(limit) {
-				p = lt.lsn
+			if !lt.t.After(limit) {
+				p = max(p, lt.lsn)
 			}
 		}
 		c = min(c, p)

@@ -250,6 +250,26 @@ type lsnTime struct {
 	lsn pg.LSN
 }
 
+// layerLSNTimes rebuilds, at Open, the LSN-time history that pitr reads
+// (kept in memory, appended at each flush): a layer file last written at
+// time T holds versions up to LSNEnd-1, so that LSN existed by T. Without
+// it, a pageserver restarted more often than pitr never moved its GC
+// cutoff. Files written later than their versions (compaction output,
+// downloads after a restart on an empty disk) only keep more history; a
+// layer that is not on local disk adds nothing.
+func layerLSNTimes(hs []*handle) []lsnTime {
+	var out []lsnTime
+	for _, h := range hs {
+		fi, err := os.Stat(h.path())
+		if err != nil || h.desc.LSNEnd == 0 {
+			continue
+		}
+		out = append(out, lsnTime{t: fi.ModTime(), lsn: h.desc.LSNEnd - 1})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].t.Before(out[j].t) })
+	return out
+}
+
 const (
 	manifestFile = "manifest.json"
 	logPrefix    = "inmem-"
@@ -323,6 +343,7 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 	if err := t.removeStrays(hs); err != nil {
 		return nil, err
 	}
+	t.lsnTimes = layerLSNTimes(hs)
 	if err := t.replayLogs(); err != nil {
 		return nil, err
 	}
