@@ -24,14 +24,22 @@ const redoStorePages = 1000
 // (configs/redo.yaml, scaled down).
 func newRedoCluster(t *testing.T) (*Cluster, *config.Config) {
 	t.Helper()
+	return newTestClusterEdited(t, func(y string) string {
+		return strings.Replace(y, "compute:\n", "compute:\n  full_page_writes: false\n  redo_store_pages: "+itoa(redoStorePages)+"\n", 1) +
+			"storage:\n  page_source: redo\n  image_policy: pushdown\n"
+	})
+}
+
+// newTestClusterEdited is newTestCluster with its config file changed by
+// edit.
+func newTestClusterEdited(t *testing.T, edit func(yaml string) string) (*Cluster, *config.Config) {
+	t.Helper()
 	_, base := newTestCluster(t)
 	b, err := os.ReadFile(base.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := strings.Replace(string(b), "compute:\n", "compute:\n  full_page_writes: false\n  redo_store_pages: "+itoa(redoStorePages)+"\n", 1) +
-		"storage:\n  page_source: redo\n  image_policy: pushdown\n"
-	if err := os.WriteFile(base.Path, []byte(y), 0o644); err != nil {
+	if err := os.WriteFile(base.Path, []byte(edit(string(b))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.LoadEnv(base.Path, nil)

@@ -2,14 +2,10 @@ package cluster
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -19,23 +15,7 @@ import (
 // (64 MB of pages) is flushed, and stays at least gc_horizon below the last
 // record. `strata status` shows each part's disk use and the room left.
 func TestStorageRetention(t *testing.T) {
-	_, base := newTestCluster(t)
-	b, err := os.ReadFile(base.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := string(b) + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n"
-	if err := os.WriteFile(base.Path, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.LoadEnv(base.Path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(cfg, buildStrata(t), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newTestClusterEdited(t, func(y string) string { return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n" })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	url, _ := upWithTable(t, ctx, c)
@@ -48,6 +28,7 @@ func TestStorageRetention(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	var st *Status
 	for {
+		var err error
 		st, err = c.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
