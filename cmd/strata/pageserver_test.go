@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/internal/smallfs"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -116,5 +120,31 @@ func TestPageserverCommandKill9(t *testing.T) {
 	}
 	if _, err := c2.GetPage(ctx, tl, client.PageRequest{Page: rel.Page(1), RequestLSN: client.LatestLSN}); !errors.Is(err, timeline.ErrNotFound) {
 		t.Fatalf("the pending page after kill -9: %v", err)
+	}
+}
+
+// TestPageserverDiskFreeMetric: `strata pageserver` exports the free space
+// of its data folder's filesystem, here a real 32 MiB tmpfs.
+func TestPageserverDiskFreeMetric(t *testing.T) {
+	bin := buildStrata(t)
+	data := smallfs.Mount(t, 32<<20)
+	maddr := freeAddr(t)
+	startPS(t, bin, t.TempDir(), "--data-dir", data, "--metrics-addr", maddr)
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var free float64
+	found := false
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "strata_pageserver_disk_free_bytes "); ok {
+			free, err = strconv.ParseFloat(v, 64)
+			found = err == nil
+		}
+	}
+	if !found || free <= 0 || free > 32<<20 {
+		t.Fatalf("strata_pageserver_disk_free_bytes = %g (found %v); want the free part of a 32 MiB tmpfs", free, found)
 	}
 }

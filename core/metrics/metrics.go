@@ -7,6 +7,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // NewRegistry returns a registry holding the Go runtime and process collectors.
@@ -78,4 +80,18 @@ func (s *Server) Close() error {
 	err := s.srv.Shutdown(ctx)
 	<-s.done
 	return err
+}
+
+// NewDiskFree returns a gauge of the bytes free (to an unprivileged user)
+// on the filesystem that holds dir, read at every scrape, so that an alert
+// can fire before a server reports its disk full. It reads NaN when dir
+// cannot be examined.
+func NewDiskFree(name, help, dir string, labels prometheus.Labels) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return math.NaN()
+		}
+		return float64(st.Bavail) * float64(st.Bsize)
+	})
 }

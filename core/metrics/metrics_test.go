@@ -2,12 +2,15 @@ package metrics
 
 import (
 	"io"
+	"math"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 func TestServe(t *testing.T) {
@@ -47,5 +50,32 @@ func TestProfiler(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "TestProfiler") {
 		t.Fatalf("status %s, goroutine dump:\n%.2000s", resp.Status, body)
+	}
+}
+
+// TestDiskFree: the gauge reads the free space of the directory's
+// filesystem at each scrape, and NaN for a directory that is gone.
+func TestDiskFree(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewDiskFree("strata_test_disk_free_bytes", "test", dir, nil))
+	value := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := float64(st.Bavail) * float64(st.Bsize)
+	if got := value(); got <= 0 || math.Abs(got-want) > 64<<20 {
+		t.Fatalf("disk free %g, statfs says %g", got, want)
+	}
+	os.RemoveAll(dir)
+	if got := value(); !math.IsNaN(got) {
+		t.Fatalf("disk free of a removed folder: %g, want NaN", got)
 	}
 }

@@ -23,21 +23,25 @@ func TestSafekeeperDiskFull(t *testing.T) {
 	})
 	waitSync(t, c.srv, 3)
 	sk3 := c.nodes[2]
-	gauge := func() float64 {
+	series := func(name string) float64 {
 		mfs, err := sk3.Registry().Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "strata_safekeeper_disk_full" {
+			if mf.GetName() == name {
 				return mf.GetMetric()[0].GetGauge().GetValue()
 			}
 		}
-		t.Fatal("no strata_safekeeper_disk_full series")
+		t.Fatalf("no %s series", name)
 		return 0
 	}
+	gauge := func() float64 { return series("strata_safekeeper_disk_full") }
 	if gauge() != 0 {
 		t.Fatal("disk_full is set before anything was written")
+	}
+	if free := series("strata_safekeeper_disk_free_bytes"); free <= 0 || free > 40<<20 {
+		t.Fatalf("disk_free_bytes %g on a 40 MiB tmpfs", free)
 	}
 
 	// About 70 MB of WAL in commits of a few MB; each commit needs two
@@ -67,6 +71,9 @@ func TestSafekeeperDiskFull(t *testing.T) {
 	smallfs.Resize(t, small, 256<<20)
 	testpg.WaitFor(t, 90*time.Second, "sk3 to catch up after space was freed", func() bool { return sk3.Store().FlushLSN() >= end })
 	testpg.WaitFor(t, 10*time.Second, "disk_full to clear", func() bool { return gauge() == 0 })
+	if free := series("strata_safekeeper_disk_free_bytes"); free < 64<<20 {
+		t.Fatalf("disk_free_bytes %g after the tmpfs grew to 256 MiB", free)
+	}
 	start, flush := sk3.Store().StartLSN(), sk3.Store().FlushLSN()
 	n := testpg.CompareWAL(t, c.srv, sk3.Store().WALDir(), start, flush)
 	if pg.LSN(n) < end-start {

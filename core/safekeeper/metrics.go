@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	strmetrics "github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -22,7 +23,7 @@ type metrics struct {
 	diskFull    prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, id string) *metrics {
+func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 	c := prometheus.Labels{"safekeeper": id}
 	m := &metrics{
 		flushLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_flush_lsn",
@@ -47,8 +48,10 @@ func newMetrics(reg prometheus.Registerer, id string) *metrics {
 		diskFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_disk_full",
 			Help: "1 while WAL cannot be stored because the data folder's disk is full (the quorum goes on without this safekeeper), else 0.", ConstLabels: c}),
 	}
+	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
+		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, free} {
 			reg.MustRegister(col)
 		}
 	}

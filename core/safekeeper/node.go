@@ -95,7 +95,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		reg = prometheus.NewRegistry()
 	}
 	log := deps.Logger.With().Str("safekeeper", cfg.ID).Logger()
-	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID), wake: make(chan struct{}, 1),
+	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID, cfg.DataDir), wake: make(chan struct{}, 1),
 		commitCh: make(chan struct{}), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
 	st, err := walstore.Open(walstore.Options{Dir: cfg.DataDir, VerifyOnOpen: cfg.VerifyOnStart,
 		ObserveFsync: n.m.observeFsync, Logger: log})

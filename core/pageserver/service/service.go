@@ -144,6 +144,9 @@ func Run(ctx context.Context, o Options) error {
 	if reg == nil {
 		reg = metrics.NewRegistry()
 	}
+	// A registry reused by a restarted service keeps its first gauge.
+	_ = reg.Register(metrics.NewDiskFree("strata_pageserver_disk_free_bytes",
+		"Bytes free on the data folder's filesystem (read at each scrape): alert before writes fail with 'pageserver disk full'.", cfg.DataDir, nil))
 	deps := pageserver.Deps{Log: log, Registry: reg, Store: o.Store}
 	if cfg.ImagePolicy != "writeback" {
 		// WAL deltas need the Go redo engine to be materialized.
