@@ -14,8 +14,13 @@ import (
 // whole machine (all cores = 100).
 type CPU struct {
 	Cores int
-	// Busy is the machine's non-idle share (/proc/stat).
+	// Busy is the machine's non-idle share (/proc/stat), steal included.
 	Busy float64
+	// Steal is the share of the machine's time that the hypervisor gave
+	// to other guests while this one had work to run (/proc/stat's steal
+	// column). On a virtual machine it varies from minute to minute and
+	// slows every process alike, which no per-process figure shows.
+	Steal float64
 	// Target is the server's processes (and their descendants), Driver is
 	// this process and its children, Other everything else.
 	Target, Driver, Other float64
@@ -40,9 +45,9 @@ type procStat struct {
 }
 
 type cpuSnap struct {
-	total, idle uint64
-	cores       int
-	procs       map[int]procStat
+	total, idle, steal uint64
+	cores              int
+	procs              map[int]procStat
 }
 
 func readCPU() cpuSnap {
@@ -62,6 +67,9 @@ func readCPU() cpuSnap {
 					s.total += v
 					if i == 3 || i == 4 {
 						s.idle += v
+					}
+					if i == 7 {
+						s.steal += v
 					}
 				}
 			} else if strings.HasPrefix(f[0], "cpu") {
@@ -129,6 +137,9 @@ func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
 		return out
 	}
 	out.Busy = 100 * (total - float64(b.idle-a.idle)) / total
+	if b.steal >= a.steal {
+		out.Steal = 100 * float64(b.steal-a.steal) / total
+	}
 	roots := map[int]bool{}
 	for _, p := range targetPIDs {
 		roots[p] = true

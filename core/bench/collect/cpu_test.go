@@ -37,3 +37,37 @@ func TestTargetCPU(t *testing.T) {
 		t.Fatalf("spinning process %.1f%% of the machine (want 5%% to %.0f%%), sleeping one %.1f%% (want under 1%%)", busy, most, idle)
 	}
 }
+
+// TestCPUDeltaSteal: the hypervisor's steal is its own figure, apart from
+// the processes' shares, and counts as busy (the guest had work to run).
+func TestCPUDeltaSteal(t *testing.T) {
+	a := cpuSnap{total: 1000, idle: 600, steal: 50, cores: 2, procs: map[int]procStat{
+		7: {ppid: 1, comm: "postgres", ticks: 100},
+	}}
+	// 1,000 ticks later: 300 idle, 250 stolen, 400 for the postgres
+	// process, 50 for no process this snapshot lists (the kernel).
+	b := cpuSnap{total: 2000, idle: 900, steal: 300, cores: 2, procs: map[int]procStat{
+		7: {ppid: 1, comm: "postgres", ticks: 500},
+	}}
+	c := cpuDelta(a, b, nil)
+	if c.Steal != 25 || c.Busy != 70 || c.Target != 40 || c.Other != 0 {
+		t.Fatalf("steal %.1f%% busy %.1f%% target %.1f%% other %.1f%%, want 25, 70, 40, 0", c.Steal, c.Busy, c.Target, c.Other)
+	}
+	// A counter that went backwards (a snapshot read across a CPU
+	// hot-unplug) gives no steal rather than a huge one.
+	b.steal = 10
+	if c := cpuDelta(a, b, nil); c.Steal != 0 {
+		t.Fatalf("steal %.1f%% from a counter that went back", c.Steal)
+	}
+}
+
+// TestReadCPUSteal: this machine's /proc/stat parses, and its steal share
+// is a share.
+func TestReadCPUSteal(t *testing.T) {
+	a := readCPU()
+	time.Sleep(200 * time.Millisecond)
+	b := readCPU()
+	if a.cores < 1 || b.total <= a.total || b.steal < a.steal || b.steal-a.steal > b.total-a.total {
+		t.Fatalf("snapshots %+v then %+v", a, b)
+	}
+}

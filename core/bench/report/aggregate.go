@@ -42,13 +42,14 @@ type Point struct {
 	VUs    int
 	Runs   []*results.Run
 	// Throughput is NOPM (tpcc) or TPS (pgbench).
-	Throughput, TPM, P95, WALPerTx, FPIShare, HitRatio, OtherCPU, PingP95 Stat
+	Throughput, TPM, P95, WALPerTx, FPIShare, HitRatio, OtherCPU, StealCPU, PingP95 Stat
 	// Pageserver figures of strata targets (see Derived).
 	GetPageP99, DeltasPerGetPage, PageserverCPUPct Stat
 	// Waits is the average number of sessions in each wait (samples per
 	// sampling round), summed over repeats and divided by them.
 	Waits map[string]float64
-	// Noisy counts repeats flagged for CPU noise; Valid is false when the
+	// Noisy counts repeats flagged for CPU noise (other processes or the
+	// hypervisor's steal above the noise share); Valid is false when the
 	// median p95 breaks the latency rule.
 	Noisy int
 	Valid bool
@@ -121,7 +122,7 @@ func Aggregate(title string, runs []*results.Run, p95Limit float64, noisePct flo
 }
 
 func (p *Point) fill(workload string, p95Limit, noisePct float64) {
-	var thr, tpm, p95, wal, fpi, hit, cpu, ping, gp99, deltas, pscpu []float64
+	var thr, tpm, p95, wal, fpi, hit, cpu, steal, ping, gp99, deltas, pscpu []float64
 	n := 0
 	for _, r := range p.Runs {
 		if r.Status != "ok" {
@@ -151,6 +152,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 		add(&fpi, "fpi_bytes_share", 100)
 		add(&hit, "cache_hit_ratio", 100)
 		add(&cpu, "cpu_other_pct", 1)
+		add(&steal, "cpu_steal_pct", 1)
 		add(&ping, "ping_p95_ms", 1)
 		dv := Derived(r)
 		for key, dst := range map[string]*[]float64{GetPageP99: &gp99, DeltasPerGetPage: &deltas, PageserverCPUPct: &pscpu} {
@@ -158,7 +160,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 				*dst = append(*dst, v)
 			}
 		}
-		if r.Metrics["cpu_other_pct"] > noisePct {
+		if r.Metrics["cpu_other_pct"] > noisePct || r.Metrics["cpu_steal_pct"] > noisePct {
 			p.Noisy++
 		}
 		if ticks := r.Metrics["wait_ticks"]; ticks > 0 {
@@ -173,7 +175,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 		}
 	}
 	p.Throughput, p.TPM, p.P95 = stat(thr), stat(tpm), stat(p95)
-	p.WALPerTx, p.FPIShare, p.HitRatio, p.OtherCPU, p.PingP95 = stat(wal), stat(fpi), stat(hit), stat(cpu), stat(ping)
+	p.WALPerTx, p.FPIShare, p.HitRatio, p.OtherCPU, p.StealCPU, p.PingP95 = stat(wal), stat(fpi), stat(hit), stat(cpu), stat(steal), stat(ping)
 	p.GetPageP99, p.DeltasPerGetPage, p.PageserverCPUPct = stat(gp99), stat(deltas), stat(pscpu)
 	p.Valid = n > 0 && p.P95.Median <= p95Limit
 }

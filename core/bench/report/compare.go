@@ -42,6 +42,7 @@ var compareRows = []struct {
 	{"CPU target %", metric("cpu_target_pct", 1, "%.0f"), false},
 	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f"), false},
 	{"CPU other %", metric("cpu_other_pct", 1, "%.0f"), false},
+	{"CPU steal %", metric("cpu_steal_pct", 1, "%.0f"), false},
 	{"checkpoints", func(r *results.Run) string {
 		return fmt.Sprintf("%.0f", r.Metrics["pg.bgwriter.checkpoints_timed"]+r.Metrics["pg.bgwriter.checkpoints_req"])
 	}, false},

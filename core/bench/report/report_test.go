@@ -32,9 +32,12 @@ func fakeRuns() []*results.Run {
 					nopm *= 1.2
 					p95 = float64(2 * vus)
 				}
-				other := 1.0
+				other, steal := 1.0, 0.5
 				if rep == 2 && vus == 4 {
 					other = 25
+				}
+				if rep == 3 && vus == 8 {
+					steal = 30 // the hypervisor's, not a process's
 				}
 				fpi := 0.0
 				if fpw == "on" {
@@ -45,7 +48,7 @@ func fakeRuns() []*results.Run {
 					VUs: vus, Repeat: rep, Status: "ok", NOPM: nopm, TPM: nopm * 2.3, P95: p95,
 					StartedAt: time.Unix(1700000000+id*60, 0),
 					Metrics: map[string]float64{"wal_bytes_per_new_order": 15000 - 5400*(1-fpi/0.38),
-						"fpi_bytes_share": fpi, "cache_hit_ratio": 0.99, "cpu_other_pct": other, "wait_ticks": 100,
+						"fpi_bytes_share": fpi, "cache_hit_ratio": 0.99, "cpu_other_pct": other, "cpu_steal_pct": steal, "wait_ticks": 100,
 						"ping_p95_ms": 0.3},
 					Waits:   map[string]int64{"CPU": int64(80 * vus), "IO:WALSync": int64(10 * vus), "LWLock:WALWrite": 5, "Client:ClientRead": 50},
 					Latency: []results.Latency{{Tx: "new_order", Count: 100, P50: 1, P95: p95, P99: p95 * 2}},
@@ -70,6 +73,8 @@ func TestAggregate(t *testing.T) {
 	}
 	if last := d.Series[0].Points[2]; last.Valid {
 		t.Fatal("p95 24 ms accepted under a 20 ms rule")
+	} else if last.Noisy != 1 || last.StealCPU.Max != 30 || last.StealCPU.Median != 0.5 {
+		t.Fatalf("a repeat with 30%% steal: noisy %d, steal %+v", last.Noisy, last.StealCPU)
 	}
 	if b := d.Series[0].Best(); b == nil || b.VUs != 4 {
 		t.Fatalf("best %+v", b)

@@ -41,8 +41,8 @@ const RunDB = "strata_bench_run"
 // transactions stay out of TPM.
 const MonitorDB = "strata_bench_monitor"
 
-// CPUNoisePct is the share of the machine that other processes may use
-// before a run is flagged as noisy.
+// CPUNoisePct is the share of the machine that other processes, or the
+// hypervisor's steal, may take before a run is flagged as noisy.
 const CPUNoisePct = 10.0
 
 // Options shape a matrix execution.
@@ -163,7 +163,11 @@ func Headline(r *results.Run) string {
 	if v, ok := d[report.PageserverCPUPct]; ok {
 		s += fmt.Sprintf(" pageserver-CPU %.0f%%", v)
 	}
-	s += fmt.Sprintf(" other-CPU %.0f%% [%s]", r.Metrics["cpu_other_pct"], r.Status)
+	s += fmt.Sprintf(" other-CPU %.0f%%", r.Metrics["cpu_other_pct"])
+	if v := r.Metrics["cpu_steal_pct"]; v >= 1 {
+		s += fmt.Sprintf(" steal %.0f%%", v)
+	}
+	s += fmt.Sprintf(" [%s]", r.Status)
 	return s
 }
 
@@ -630,6 +634,10 @@ func fillCollected(ctx context.Context, res *results.Run, c *collect.Result, t t
 	res.Metrics["cpu_target_pct"] = c.CPU.Target
 	res.Metrics["cpu_driver_pct"] = c.CPU.Driver
 	res.Metrics["cpu_other_pct"] = c.CPU.Other
+	res.Metrics["cpu_steal_pct"] = c.CPU.Steal
+	if c.CPU.Steal > CPUNoisePct {
+		res.Notes = append(res.Notes, fmt.Sprintf("cpu steal: the hypervisor gave %.0f%% of the machine's time to other guests; this run's figures are lower than the machine's", c.CPU.Steal))
+	}
 	if c.CPU.Other > CPUNoisePct {
 		var top []string
 		for _, p := range c.CPU.TopOther {

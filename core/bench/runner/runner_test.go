@@ -79,6 +79,10 @@ prewarm: true
 		if full.Metrics["wait_ticks"] < 50 || full.Waits["CPU"] == 0 {
 			t.Fatalf("waits %v ticks %v", full.Waits, full.Metrics["wait_ticks"])
 		}
+		// Steal is recorded on every run (0 on bare metal), as a share.
+		if st, ok := full.Metrics["cpu_steal_pct"]; !ok || st < 0 || st > 100 {
+			t.Fatalf("cpu_steal_pct %v (recorded %v)", st, ok)
+		}
 		if full.Metrics["ping_p50_ms"] <= 0 || full.Metrics["pg.db.xact_commit"] <= 0 || full.Metrics["cache_hit_ratio"] <= 0.5 {
 			t.Fatalf("metrics %v", full.Metrics)
 		}
@@ -99,6 +103,20 @@ prewarm: true
 	}
 	if on.Metrics["wal_bytes_per_new_order"] <= off.Metrics["wal_bytes_per_new_order"] {
 		t.Fatalf("WAL per new order: on %v <= off %v", on.Metrics["wal_bytes_per_new_order"], off.Metrics["wal_bytes_per_new_order"])
+	}
+}
+
+// TestHeadline: a run's line names the hypervisor's steal when there was
+// some, so that a slow run on a busy host explains itself.
+func TestHeadline(t *testing.T) {
+	r := &results.Run{Workload: "tpcc", NOPM: 15000, TPM: 34000, P95: 20.1, Status: "ok",
+		Metrics: map[string]float64{"cpu_other_pct": 2, "cpu_steal_pct": 0.4}}
+	if h := Headline(r); strings.Contains(h, "steal") || !strings.HasSuffix(h, "other-CPU 2% [ok]") {
+		t.Fatalf("quiet host: %q", h)
+	}
+	r.Metrics["cpu_steal_pct"] = 31
+	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 2% steal 31% [ok]") {
+		t.Fatalf("busy host: %q", h)
 	}
 }
 
