@@ -43,6 +43,7 @@ var compareRows = []struct {
 	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f"), false},
 	{"CPU other %", metric("cpu_other_pct", 1, "%.0f"), false},
 	{"CPU steal %", metric("cpu_steal_pct", 1, "%.0f"), false},
+	{"checkpoint before window s", metric("checkpoint_before_window_seconds", 1, "%.1f"), false},
 	{"checkpoints", func(r *results.Run) string {
 		return fmt.Sprintf("%.0f", r.Metrics["pg.bgwriter.checkpoints_timed"]+r.Metrics["pg.bgwriter.checkpoints_req"])
 	}, false},

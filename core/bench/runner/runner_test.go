@@ -65,6 +65,9 @@ prewarm: true
 		if full.Status != "ok" || full.NOPM <= 0 || full.P95 <= 0 || len(full.Latency) != 5 {
 			t.Fatalf("run %+v", full)
 		}
+		if c, ok := full.Metrics["checkpoint_before_window_seconds"]; !ok || c <= 0 || c > 60 {
+			t.Fatalf("checkpoint before the window: %v s (recorded %v)", c, ok)
+		}
 		// An idle stock server after its clone is quiet within seconds.
 		if s, ok := full.Metrics["settle_seconds"]; !ok || s < 2 || s > 30 || contains(full.Notes, "not quiet") {
 			t.Fatalf("settle: %v seconds, notes %v", s, full.Notes)
@@ -117,6 +120,32 @@ func TestHeadline(t *testing.T) {
 	r.Metrics["cpu_steal_pct"] = 31
 	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 2% steal 31% [ok]") {
 		t.Fatalf("busy host: %q", h)
+	}
+}
+
+// TestPhase: the live line counts the window from its real start, after
+// the checkpoint before it, which has a phase of its own.
+func TestPhase(t *testing.T) {
+	start := time.Unix(1000, 0)
+	ramp, window := 10*time.Second, 60*time.Second
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	ns := func(s float64) int64 { return at(s).UnixNano() }
+	for _, c := range []struct {
+		now       float64
+		ckpt, win int64
+		want      string
+	}{
+		{4, 0, 0, "ramp-up  4/10s"},
+		{12, 0, 0, "ramp-up 10/10s"}, // ramp-up over, the checkpoint not begun
+		{17, ns(10), 0, "checkpoint  7s"},
+		{26, ns(10), ns(25), "window   1/60s"},
+		{85, ns(10), ns(25), "window  60/60s"},
+		{90, ns(10), ns(25), "window  60/60s"},
+		{40, 0, ns(10), "window  30/60s"}, // no checkpoint before the window
+	} {
+		if got := phase(at(c.now), start, c.ckpt, c.win, ramp, window); got != c.want {
+			t.Errorf("at %.0f s: %q, want %q", c.now, got, c.want)
+		}
 	}
 }
 
