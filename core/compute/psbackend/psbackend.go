@@ -115,6 +115,10 @@ type Backend struct {
 	// later size change is tagged at least that high, so the newest size
 	// is the newest version (buffered pages go out with mixed W).
 	sizeW map[pg.RelTag]pg.LSN
+	// psSize is, per fork, a size the pageserver's newest size version is
+	// at least (this compute is the only writer): a batch whose pages all
+	// lie below it extends nothing there, and flush need not restate it.
+	psSize map[pg.RelTag]uint32
 }
 
 type bufPage struct {
@@ -141,7 +145,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.WriteBuffer <= 0 {
 		opts.WriteBuffer = 64
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, lostCh: make(chan struct{})}
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, lostCh: make(chan struct{})}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
 		return nil, fmt.Errorf("psbackend: list timeline %s: %w", tl, err)
@@ -154,6 +158,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 		for i, r := range rels {
 			if sizes[i].Exists {
 				b.rels[r] = sizes[i].Nblocks
+				b.psSize[r] = sizes[i].Nblocks
 			}
 		}
 	}
@@ -344,6 +349,7 @@ func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	b.sent(w, 0)
 	b.mu.Lock()
 	b.rels[rel] = 0
+	b.psSize[rel] = 0
 	b.mu.Unlock()
 	return nil
 }
@@ -465,14 +471,28 @@ func (b *Backend) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	// The pageserver extended each fork at the W of the page past its end;
+	// The pageserver extended a fork at the W of the page past its end;
 	// with mixed W in a batch an older size could be the newest version.
-	// Restate every touched fork's size above all of them.
+	// Restate the size of every fork the batch extended, above all of its
+	// pages' W. A fork whose pages all lie below the size the pageserver
+	// already has was not extended (overwrites: a checkpoint's writes,
+	// evictions) and needs no restating, which saves a round trip and a
+	// log fsync on the pageserver per fork and batch.
 	top := map[pg.RelTag]pg.LSN{}
+	ext := map[pg.RelTag]bool{}
+	b.mu.Lock()
 	for _, w := range ws {
-		top[w.Page.Tag()] = max(top[w.Page.Tag()], w.W)
+		rel := w.Page.Tag()
+		top[rel] = max(top[rel], w.W)
+		if n, ok := b.psSize[rel]; !ok || w.Page.Block >= n {
+			ext[rel] = true
+		}
 	}
+	b.mu.Unlock()
 	for rel, w := range top {
+		if !ext[rel] {
+			continue
+		}
 		b.mu.Lock()
 		n, ok := b.rels[rel]
 		b.mu.Unlock()
@@ -484,6 +504,11 @@ func (b *Backend) flush(ctx context.Context) error {
 			return err
 		}
 		b.sent(w, 0)
+		b.mu.Lock()
+		if _, ok := b.rels[rel]; ok {
+			b.psSize[rel] = n
+		}
+		b.mu.Unlock()
 	}
 	b.mu.Lock()
 	for k, p := range sent {
@@ -546,6 +571,7 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 	}
 	b.sent(w, 0)
 	b.mu.Lock()
+	b.psSize[rel] = nblocks
 	if _, ok := b.rels[rel]; ok {
 		b.rels[rel] = nblocks
 	}
@@ -569,6 +595,7 @@ func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	b.sent(w, 0)
 	b.mu.Lock()
 	delete(b.rels, rel)
+	delete(b.psSize, rel)
 	b.mu.Unlock()
 	return nil
 }

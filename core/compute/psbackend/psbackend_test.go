@@ -29,6 +29,17 @@ type harness struct {
 	ps *pageserver.Pageserver
 	g  *grpc.Server
 	c  *client.Client
+
+	mu    sync.Mutex
+	calls map[string]int // gRPC calls the pageserver answered, by method
+}
+
+// count returns how many calls of the method (its last path element, e.g.
+// "RelOp") the pageserver has answered.
+func (h *harness) count(method string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls["/strata.pageserver.v1.PageService/"+method]
 }
 
 func start(tb testing.TB, dir string, store objectstore.Store) *harness {
@@ -45,14 +56,21 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
+	h := &harness{ps: ps, calls: map[string]int{}}
+	countCalls := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		h.mu.Lock()
+		h.calls[info.FullMethod]++
+		h.mu.Unlock()
+		return next(ctx, req)
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.UnaryInterceptor(countCalls))
 	server.New(ps, zerolog.Nop(), reg).Register(g)
 	go g.Serve(lis)
 	c, err := client.Dial(lis.Addr().String())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := &harness{ps: ps, g: g, c: c}
+	h.g, h.c = g, c
 	tb.Cleanup(h.stop)
 	return h
 }
@@ -313,6 +331,76 @@ func TestBufferedSizeWithMixedW(t *testing.T) {
 	buf := make([]byte, pg.BlockSize)
 	for blk, want := range []byte{3, 2} {
 		if err := other.ReadPage(ctx, rel.Page(uint32(blk)), 0, buf); err != nil || !bytes.Equal(buf, page(want)) {
+			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
+		}
+	}
+}
+
+// TestOverwritesRestateNoSize: batches that only overwrite pages below the
+// fork's size on the pageserver (a checkpoint's writes) send no size
+// change (each is a round trip and a log fsync there); a batch that
+// extends the fork restates its size, and a fresh Backend sees every page.
+func TestOverwritesRestateNoSize(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 4})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 100); err != nil {
+		t.Fatal(err)
+	}
+	w := pg.LSN(100)
+	write := func(blk uint32, b byte) {
+		t.Helper()
+		w++
+		if err := be.WritePage(ctx, rel.Page(blk), page(b), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for blk := uint32(0); blk < 10; blk++ {
+		write(blk, 1)
+	}
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	sizes := h.count("RelOp")
+	if sizes < 2 {
+		t.Fatalf("extending by 10 pages in batches of 4 sent %d size changes", sizes)
+	}
+	for round := byte(2); round <= 3; round++ {
+		for blk := uint32(0); blk < 10; blk++ {
+			write(blk, round)
+		}
+	}
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.count("RelOp") - sizes; n != 0 {
+		t.Fatalf("20 overwrites in batches of 4 sent %d size changes, want 0", n)
+	}
+	write(12, 4) // past the end: blocks 10 and 11 become zeros
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if h.count("RelOp") == sizes {
+		t.Fatal("an extension sent no size change")
+	}
+	other := open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, rel); err != nil || n != 13 {
+		t.Fatalf("pageserver size %d, %v; want 13", n, err)
+	}
+	buf := make([]byte, pg.BlockSize)
+	for blk := uint32(0); blk < 13; blk++ {
+		want := page(3)
+		switch {
+		case blk == 12:
+			want = page(4)
+		case blk >= 10:
+			want = make([]byte, pg.BlockSize)
+		}
+		if err := other.ReadPage(ctx, rel.Page(blk), 0, buf); err != nil || !bytes.Equal(buf, want) {
 			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
 		}
 	}
