@@ -171,13 +171,14 @@ safekeepers' replication role, created or updated at every start).`,
 	for _, req := range []string{"timeline", "safekeepers", "mountpoint", "scratch"} {
 		_ = cmd.MarkFlagRequired(req)
 	}
-	cmd.AddCommand(newComputeWaitsCmd())
+	cmd.AddCommand(newComputeWaitsCmd(a))
 	return cmd
 }
 
 // newComputeWaitsCmd returns `strata compute waits`: the running agent's
-// wait report (count, total and mean per wait kind).
-func newComputeWaitsCmd() *cobra.Command {
+// wait report (count, total and mean per wait kind). Without --addr it asks
+// the agent of the `strata up` cluster that the config describes.
+func newComputeWaitsCmd(a *app) *cobra.Command {
 	var addr string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -185,6 +186,16 @@ func newComputeWaitsCmd() *cobra.Command {
 		Short: "Show the compute agent's wait accounting (count, total, mean per wait kind)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("addr") {
+				c, err := a.cluster()
+				if err != nil {
+					return err
+				}
+				addr = c.ComputeMetricsAddr()
+				if addr == "" {
+					return errors.New("compute waits: the cluster runs without metrics (cluster.metrics_port is 0), and the agent serves its report there; set the port, or pass --addr of an agent started by hand")
+				}
+			}
 			r, err := fetchWaits(cmd.Context(), addr)
 			if err != nil {
 				return err
@@ -197,7 +208,7 @@ func newComputeWaitsCmd() *cobra.Command {
 			return agent.PrintReport(cmd.OutOrStdout(), r)
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:9680", "the agent's --metrics-addr")
+	cmd.Flags().StringVar(&addr, "addr", "", "the agent's --metrics-addr (default: the agent of the config's `strata up` cluster)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -211,7 +222,7 @@ func fetchWaits(ctx context.Context, addr string) (agent.Report, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return agent.Report{}, fmt.Errorf("compute waits: is the agent running with --metrics-addr %s? %w", addr, err)
+		return agent.Report{}, fmt.Errorf("compute waits: no agent answers on %s (is the cluster up, or the agent running with --metrics-addr %s?): %w", addr, addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -148,5 +152,38 @@ func TestStatusOfStoppedCluster(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("status of a stopped cluster does not show %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestComputeWaitsFindsTheClusterAgent: without --addr, `strata compute
+// waits` asks the agent of the config's `strata up` cluster (the metrics
+// port plus safekeepers plus one); with metrics off it says why there is no
+// report.
+func TestComputeWaitsFindsTheClusterAgent(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/waits" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(`{"state":"running","term":7,"strategy":"lfc","waits":[{"name":"getpage","count":42,"total_ns":4200000}]}`))
+	}))
+	defer srv.Close()
+	_, portStr, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	cfg := filepath.Join(dir, "c.yaml")
+	write := func(metricsPort int) {
+		os.WriteFile(cfg, []byte(fmt.Sprintf("cluster:\n  data_dir: %s\n  metrics_port: %d\nobjectstore:\n  type: fs\n  fs:\n    root: %s\n",
+			filepath.Join(dir, "state"), metricsPort, filepath.Join(dir, "objs"))), 0o644)
+	}
+	write(port - 4) // three safekeepers, the pageserver, then the agent
+	out, e, code := run(t, bin, dir, nil, "--config", cfg, "compute", "waits")
+	if code != 0 || !strings.Contains(out, "term 7") || !strings.Contains(out, "getpage") {
+		t.Fatalf("compute waits: exit %d, stdout %q, stderr %q", code, out, e)
+	}
+	write(0)
+	if _, e, code := run(t, bin, dir, nil, "--config", cfg, "compute", "waits"); code == 0 || !strings.Contains(e, "metrics_port is 0") {
+		t.Fatalf("compute waits with metrics off: exit %d, stderr %q", code, e)
 	}
 }
