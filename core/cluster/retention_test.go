@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,17 @@ import (
 // (64 MB of pages) is flushed, and stays at least gc_horizon below the last
 // record. `strata status` shows each part's disk use and the room left.
 func TestStorageRetention(t *testing.T) {
-	c, _ := newTestClusterEdited(t, func(y string) string { return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n" })
+	// With metrics on (the other cluster tests run without), so that the
+	// compute agent's line of `strata status` and the disk-free gauges are
+	// checked on a real cluster too.
+	metrics := consecutiveFree(t, 5)
+	c, cfg := newTestClusterEdited(t, func(y string) string {
+		y = strings.Replace(y, "metrics_port: 0", "metrics_port: "+itoa(metrics), 1)
+		return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n"
+	})
+	if cfg.Cluster.MetricsPort != metrics {
+		t.Fatalf("metrics_port %d, want %d", cfg.Cluster.MetricsPort, metrics)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	url, _ := upWithTable(t, ctx, c)
@@ -59,7 +71,34 @@ func TestStorageRetention(t *testing.T) {
 		t.Fatalf("strata status does not show disk use:\n%s", out.String())
 	}
 	t.Logf("status:\n%s", out.String())
+	if r := st.Compute; r == nil || r.State != "running" || r.W == 0 || !strings.Contains(out.String(), "compute   running  term ") {
+		t.Fatalf("strata status has no running compute agent line (report %+v):\n%s", r, out.String())
+	}
+	for i, name := range map[int]string{0: "safekeeper", 3: "pageserver"} {
+		body := httpGet(t, ctx, "http://127.0.0.1:"+itoa(metrics+i)+"/metrics")
+		if !strings.Contains(body, "strata_"+name+"_disk_free_bytes ") {
+			t.Fatalf("the %s's /metrics has no strata_%s_disk_free_bytes", name, name)
+		}
+	}
 	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM filler"); n != "100000" {
 		t.Fatalf("filler has %s rows, want 100000", n)
 	}
+}
+
+func httpGet(t *testing.T, ctx context.Context, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(b)
 }
