@@ -1,6 +1,7 @@
 package keyspace
 
 import (
+	"bytes"
 	"math/rand"
 	"sort"
 	"testing"
@@ -113,5 +114,53 @@ func TestNextAndParse(t *testing.T) {
 	}
 	if (Range{Start: n, End: k}).IsEmpty() != true {
 		t.Fatal("IsEmpty")
+	}
+}
+
+// TestCompareIsByteOrder: Compare (three big-endian words) orders keys as
+// their bytes do, for random keys and for keys that differ in one byte
+// only, in each word and at the word boundaries.
+func TestCompareIsByteOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	random := func() Key {
+		var k Key
+		for i := range k {
+			k[i] = byte(rng.Intn(4)) * 85 // few values: many equal prefixes
+		}
+		return k
+	}
+	check := func(a, b Key) {
+		t.Helper()
+		if got, want := a.Compare(b), bytes.Compare(a[:], b[:]); got != want {
+			t.Fatalf("Compare(%x, %x) = %d, want %d", a, b, got, want)
+		}
+		if a.Less(b) != (bytes.Compare(a[:], b[:]) < 0) {
+			t.Fatalf("Less(%x, %x) = %v", a, b, a.Less(b))
+		}
+	}
+	for i := 0; i < 100000; i++ {
+		check(random(), random())
+	}
+	for i := 0; i < KeySize; i++ {
+		a := random()
+		b := a
+		check(a, b)
+		b[i] ^= 0x80
+		check(a, b)
+		check(b, a)
+	}
+}
+
+func BenchmarkRangeContains(b *testing.B) {
+	r := Range{Start: RelBlock(pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}.Page(0)), End: RelBlock(pg.RelTag{Spc: 1663, DB: 5, Rel: 16390}.Page(0))}
+	k := RelBlock(pg.RelTag{Spc: 1663, DB: 5, Rel: 16385}.Page(77))
+	n := 0
+	for b.Loop() {
+		if r.Contains(k) {
+			n++
+		}
+	}
+	if n == 0 {
+		b.Fatal("key not in range")
 	}
 }
