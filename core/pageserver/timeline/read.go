@@ -322,13 +322,21 @@ func (t *Timeline) scanInto(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 		if err != nil {
 			return err
 		}
+		// The index is sorted by key, then LSN: a key's versions at or
+		// below upto come first, and the map needs the key once.
+		var last keyspace.Key
+		have := false
 		for i := rd.Seek(r.Start); i < rd.Len(); i++ {
 			e := rd.Entry(i)
+			if have && e.Key == last {
+				continue
+			}
 			if !e.Key.Less(r.End) {
 				break
 			}
 			if e.LSN <= upto {
 				set[e.Key] = true
+				last, have = e.Key, true
 			}
 		}
 		h.release()
