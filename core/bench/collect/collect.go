@@ -38,10 +38,9 @@ type Options struct {
 	// NoSamplers turns off the wait sampler and the ping probe (to measure
 	// their cost); snapshots and CPU accounting still run.
 	NoSamplers bool
-	// TargetPIDs are the server's root processes; they and their
-	// descendants count as the target's CPU. Without them, processes
-	// named postgres count as the target.
-	TargetPIDs []int
+	// Target names the server's processes on this machine, for the CPU
+	// split (Who: root PIDs, or else process names).
+	Target Who
 	// MetricsURL, when set, is scraped at start and stop.
 	MetricsURL string
 	// MetricsURLs are more endpoints scraped at start and stop, by prefix:
@@ -172,7 +171,7 @@ func (c *Collector) Stop(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.CPU = cpuDelta(c.cpu0, readCPU(), c.opts.TargetPIDs)
+	r.CPU = cpuDelta(c.cpu0, readCPU(), c.opts.Target)
 	r.Stats = map[string]float64{}
 	for k, v := range stats1 {
 		r.Stats[k] = v - c.stats0[k]

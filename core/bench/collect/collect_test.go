@@ -70,7 +70,7 @@ func TestCPUDelta(t *testing.T) {
 		300:  {ppid: 1, comm: "new", ticks: 20},         // new process: +20
 		self: {ppid: 1, comm: "strata", ticks: 30},      // +30
 	}}
-	c := cpuDelta(a, b, []int{100})
+	c := cpuDelta(a, b, Who{PIDs: []int{100}})
 	near := func(x, y float64) bool { return x > y-0.01 && x < y+0.01 }
 	if !near(c.Busy, 30) || !near(c.Target, 15) || !near(c.Other, 17) || !near(c.Driver, 3) {
 		t.Fatalf("cpu = %+v", c)
@@ -89,7 +89,7 @@ func TestCPUDelta(t *testing.T) {
 	b = cpuSnap{total: 2000, idle: 1200, cores: 2, procs: map[int]procStat{
 		100: {ppid: 1, comm: "postgres", ticks: 10 + 5 + 65},
 	}}
-	if c := cpuDelta(a, b, []int{100}); !near(c.Target, 3) {
+	if c := cpuDelta(a, b, Who{PIDs: []int{100}}); !near(c.Target, 3) {
 		t.Fatalf("exited backend: cpu = %+v, want target 3%% (30 of 1000 ticks)", c)
 	}
 }
@@ -115,7 +115,7 @@ func TestCollect(t *testing.T) {
 	defer ps.Close()
 	ctx := context.Background()
 	c, err := Start(ctx, Options{URL: srv.ConnString("postgres"), DB: "postgres",
-		TargetPIDs: []int{srv.PID()}, MetricsURL: ms.URL, MetricsURLs: map[string]string{"pageserver": ps.URL},
+		Target: Who{PIDs: []int{srv.PID()}}, MetricsURL: ms.URL, MetricsURLs: map[string]string{"pageserver": ps.URL},
 		Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,7 +131,27 @@ func descends(procs map[int]procStat, pid int, roots map[int]bool) bool {
 	return false
 }
 
-func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
+// Who names the target's processes on this machine.
+type Who struct {
+	// PIDs are the target's root processes: they and their descendants.
+	PIDs []int
+	// Names, used without PIDs, are the names (comm, as in
+	// /proc/PID/comm) of the target's processes: a server reached by URL
+	// whose helpers run here too (a strata cluster: "postgres",
+	// "strata"). Default: postgres and pg_receivewal. This program and
+	// its children count as the driver whatever their name.
+	Names []string
+}
+
+// DefaultNames are the process names of a target known by URL only.
+var DefaultNames = []string{"postgres", "pg_receivewal"}
+
+func cpuDelta(a, b cpuSnap, who Who) CPU {
+	targetPIDs := who.PIDs
+	names := who.Names
+	if len(names) == 0 {
+		names = DefaultNames
+	}
 	out := CPU{Cores: b.cores}
 	total := float64(b.total - a.total)
 	if total <= 0 {
@@ -172,7 +193,7 @@ func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
 			out.Target += pct
 		case descends(b.procs, pid, self):
 			out.Driver += pct
-		case len(roots) == 0 && (p.comm == "postgres" || p.comm == "pg_receivewal"):
+		case len(roots) == 0 && slices.Contains(names, p.comm):
 			out.Target += pct
 		default:
 			out.Other += pct
@@ -188,13 +209,13 @@ func cpuDelta(a, b cpuSnap, targetPIDs []int) CPU {
 }
 
 // TargetCPU measures, over d, the share of the machine (all cores = 100)
-// that the processes pids and their descendants use.
-func TargetCPU(ctx context.Context, pids []int, d time.Duration) (float64, error) {
+// that the target's processes use.
+func TargetCPU(ctx context.Context, who Who, d time.Duration) (float64, error) {
 	a := readCPU()
 	select {
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-time.After(d):
 	}
-	return cpuDelta(a, readCPU(), pids).Target, nil
+	return cpuDelta(a, readCPU(), who).Target, nil
 }

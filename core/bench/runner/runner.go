@@ -429,7 +429,7 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	var coll *collect.Collector
 	var cres *collect.Result
 	var collErr error
-	collOpts := collect.Options{URL: base, DB: RunDB, MonitorDB: MonitorDB, NoSamplers: run.NoSamplers, TargetPIDs: t.PIDs(),
+	collOpts := collect.Options{URL: base, DB: RunDB, MonitorDB: MonitorDB, NoSamplers: run.NoSamplers, Target: who(t),
 		MetricsURL: t.MetricsURL(), Log: r.opts.Log}
 	if src, ok := t.(target.MetricsSources); ok {
 		collOpts.MetricsURL, collOpts.MetricsURLs = "", src.MetricsURLs()
@@ -749,11 +749,21 @@ func SortedKeys[V any](m map[string]V) []string {
 // matrix.SettleQuietPct of the machine for two one-second samples in a
 // row, at most max. It returns how long it waited and whether the target
 // got quiet.
+// who names t's processes on this machine: its PIDs, or else the process
+// names of a target known by URL.
+func who(t target.Target) collect.Who {
+	w := collect.Who{PIDs: t.PIDs()}
+	if n, ok := t.(target.ProcessNames); ok && len(w.PIDs) == 0 {
+		w.Names = n.ProcessNames()
+	}
+	return w
+}
+
 func (r *Runner) settle(ctx context.Context, t target.Target, max time.Duration, idx, total int, run matrix.Run) (time.Duration, bool, error) {
 	start := time.Now()
 	calm := 0
 	for time.Since(start) < max {
-		pct, err := collect.TargetCPU(ctx, t.PIDs(), time.Second)
+		pct, err := collect.TargetCPU(ctx, who(t), time.Second)
 		if err != nil {
 			return time.Since(start), false, err
 		}

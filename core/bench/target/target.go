@@ -38,6 +38,10 @@ type Config struct {
 	// MetricsURL, when set, is a Prometheus /metrics endpoint scraped
 	// before and after every run (strata's own metrics).
 	MetricsURL string `yaml:"metrics_url"`
+	// Processes (kind url) are the names of this machine's processes that
+	// belong to the server, for the CPU split and settle (default:
+	// postgres). A strata cluster started by hand: [postgres, strata].
+	Processes []string `yaml:"processes"`
 	// BinDir holds the PostgreSQL programs (default /usr/lib/postgresql/15/bin).
 	BinDir string `yaml:"bin_dir"`
 	// OSUser runs the managed servers (default postgres).
@@ -81,6 +85,12 @@ type Target interface {
 	MetricsURL() string
 	// Close stops the target and removes what it created.
 	Close() error
+}
+
+// ProcessNames is implemented by targets known by name only (kind url):
+// the names of their processes on this machine (collect.Who.Names).
+type ProcessNames interface {
+	ProcessNames() []string
 }
 
 // MetricsSources is implemented by targets with Prometheus endpoints of
@@ -188,8 +198,15 @@ func NewURL(cfg Config, log zerolog.Logger) (Target, error) {
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("target %s: kind url needs url", cfg.Name)
 	}
+	for _, n := range cfg.Processes {
+		if n == "" || len(n) > 15 || strings.ContainsAny(n, "/ ") {
+			return nil, fmt.Errorf("target %s: processes: %q is not a process name (as in /proc/PID/comm: up to 15 characters)", cfg.Name, n)
+		}
+	}
 	return &urlTarget{cfg: cfg, log: log}, nil
 }
+
+func (u *urlTarget) ProcessNames() []string { return u.cfg.Processes }
 
 func (u *urlTarget) Name() string                { return u.cfg.Name }
 func (u *urlTarget) Kind() string                { return "url" }

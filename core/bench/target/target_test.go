@@ -126,3 +126,20 @@ func execSQL(t *testing.T, url, q string) {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
+
+// TestURLProcessNames: a url target names its processes on this machine
+// for the CPU split; a name that /proc/PID/comm cannot hold is refused.
+func TestURLProcessNames(t *testing.T) {
+	tg, err := NewURL(Config{Name: "s", Kind: "url", URL: "postgres://127.0.0.1:1/postgres", Processes: []string{"postgres", "strata"}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := tg.(ProcessNames); !ok || strings.Join(n.ProcessNames(), ",") != "postgres,strata" {
+		t.Fatalf("process names of a url target: %v", tg)
+	}
+	for _, bad := range []string{"", "/usr/bin/strata", "a-name-longer-than-15"} {
+		if _, err := NewURL(Config{Name: "s", Kind: "url", URL: "postgres://x/postgres", Processes: []string{bad}}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "processes") {
+			t.Errorf("process name %q: %v, want an error naming processes", bad, err)
+		}
+	}
+}
