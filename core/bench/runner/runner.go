@@ -520,9 +520,10 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 		fillPgbench(res, pr)
 		// pgbench's length is fixed when it starts (ramp-up plus window), so
 		// a slow checkpoint before the window shortens the window.
-		if want := run.Duration.Seconds(); !pr.Interrupted && res.WindowSec < 0.9*want {
+		ckpt, ok := res.Metrics["checkpoint_before_window_seconds"]
+		if want := run.Duration.Seconds(); ok && !pr.Interrupted && res.WindowSec < 0.9*want {
 			res.Notes = append(res.Notes, fmt.Sprintf("the window was %.0f s of %.0f s: the checkpoint before it took %.0f s of pgbench's fixed run",
-				res.WindowSec, want, res.Metrics["checkpoint_before_window_seconds"]))
+				res.WindowSec, want, ckpt))
 		}
 	}
 	r.printLine("")
@@ -745,10 +746,6 @@ func SortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// settle waits until the target's own processes use less than
-// matrix.SettleQuietPct of the machine for two one-second samples in a
-// row, at most max. It returns how long it waited and whether the target
-// got quiet.
 // who names t's processes on this machine: its PIDs, or else the process
 // names of a target known by URL.
 func who(t target.Target) collect.Who {
@@ -759,6 +756,10 @@ func who(t target.Target) collect.Who {
 	return w
 }
 
+// settle waits until the target's own processes use less than
+// matrix.SettleQuietPct of the machine for two one-second samples in a
+// row, at most max. It returns how long it waited and whether the target
+// got quiet.
 func (r *Runner) settle(ctx context.Context, t target.Target, max time.Duration, idx, total int, run matrix.Run) (time.Duration, bool, error) {
 	start := time.Now()
 	calm := 0

@@ -198,36 +198,22 @@ func (k Key) WithBlock(blk uint32) Key {
 	return k
 }
 
-// Compare returns -1, 0 or +1: the order of the keys' bytes. It compares
-// three big-endian words instead of calling bytes.Compare: every read
-// compares its key with the key range of each layer (layermap.Search), and
-// an image layer pass does that for every key of the database.
+// Compare returns -1, 0 or +1: the order of the keys' bytes (Less).
 func (k Key) Compare(o Key) int {
-	if a, b := binary.BigEndian.Uint64(k[0:8]), binary.BigEndian.Uint64(o[0:8]); a != b {
-		return cmpWord(a, b)
-	}
-	if a, b := binary.BigEndian.Uint64(k[8:16]), binary.BigEndian.Uint64(o[8:16]); a != b {
-		return cmpWord(a, b)
-	}
-	return cmpWord(uint64(binary.BigEndian.Uint16(k[16:18])), uint64(binary.BigEndian.Uint16(o[16:18])))
-}
-
-// Compare reads a Key as 8+8+2 bytes: a KeySize other than 18 fails to
-// build here.
-var _ [KeySize - 18]byte
-var _ [18 - KeySize]byte
-
-func cmpWord(a, b uint64) int {
 	switch {
-	case a < b:
+	case k.Less(o):
 		return -1
-	case a > b:
+	case o.Less(k):
 		return 1
 	}
 	return 0
 }
 
-// Less reports k < o (Compare's order, written out so that it inlines).
+// Less reports k < o, the order of the keys' bytes. It compares three
+// big-endian words instead of calling bytes.Compare, and inlines: every
+// read compares its key with the key range of each layer
+// (layermap.Search), and an image layer pass does that for every key of
+// the database.
 func (k Key) Less(o Key) bool {
 	if a, b := binary.BigEndian.Uint64(k[0:8]), binary.BigEndian.Uint64(o[0:8]); a != b {
 		return a < b
@@ -237,6 +223,11 @@ func (k Key) Less(o Key) bool {
 	}
 	return binary.BigEndian.Uint16(k[16:18]) < binary.BigEndian.Uint16(o[16:18])
 }
+
+// Less reads a Key as 8+8+2 bytes: a KeySize other than 18 fails to build
+// here.
+var _ [KeySize - 18]byte
+var _ [18 - KeySize]byte
 
 // Next returns the smallest key greater than k (MaxKey stays MaxKey).
 func (k Key) Next() Key {
