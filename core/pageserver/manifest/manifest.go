@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,19 @@ type Manifest struct {
 	MaxSeq            uint64       `json:"max_seq"`
 	Layers            []layer.Desc `json:"layers"`
 	WrittenAt         time.Time    `json:"written_at"`
+}
+
+// SameContent reports whether m and o describe the same state: every field
+// but WrittenAt is equal. A save of a manifest with the same content as the
+// last one can be skipped.
+func (m *Manifest) SameContent(o *Manifest) bool {
+	if m == nil || o == nil {
+		return m == o
+	}
+	return m.Version == o.Version && m.Timeline == o.Timeline && m.Ancestor == o.Ancestor &&
+		m.AncestorLSN == o.AncestorLSN && m.Generation == o.Generation &&
+		m.DiskConsistentLSN == o.DiskConsistentLSN && m.GCCutoff == o.GCCutoff &&
+		m.MaxSeq == o.MaxSeq && slices.Equal(m.Layers, o.Layers)
 }
 
 // Encode returns the JSON form.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
@@ -114,5 +115,37 @@ func TestUploadDownloadAndLocal(t *testing.T) {
 	}
 	if _, err := r.Store.Stat(ctx, LayerKey(tl, descs[0].Name)); !errors.Is(err, objectstore.ErrNotFound) {
 		t.Fatal("layer not deleted")
+	}
+}
+
+// TestSameContent: the time of writing does not count; every other field,
+// down to a layer's uploaded flag, does.
+func TestSameContent(t *testing.T) {
+	mk := func() *Manifest {
+		return &Manifest{Version: 1, Timeline: "t", Generation: 3, DiskConsistentLSN: 100, GCCutoff: 50, MaxSeq: 9,
+			Layers:    []layer.Desc{{Name: "a", LSNStart: 1, LSNEnd: 100, Size: 10}},
+			WrittenAt: time.Unix(1, 0)}
+	}
+	a, b := mk(), mk()
+	b.WrittenAt = time.Unix(2, 0)
+	if !a.SameContent(b) {
+		t.Fatal("manifests that differ only in WrittenAt differ")
+	}
+	for name, change := range map[string]func(m *Manifest){
+		"cutoff":   func(m *Manifest) { m.GCCutoff++ },
+		"dcl":      func(m *Manifest) { m.DiskConsistentLSN++ },
+		"gen":      func(m *Manifest) { m.Generation++ },
+		"seq":      func(m *Manifest) { m.MaxSeq++ },
+		"uploaded": func(m *Manifest) { m.Layers[0].Uploaded = true },
+		"layers":   func(m *Manifest) { m.Layers = append(m.Layers, layer.Desc{Name: "b"}) },
+	} {
+		b := mk()
+		change(b)
+		if a.SameContent(b) {
+			t.Errorf("%s: a change was not seen", name)
+		}
+	}
+	if a.SameContent(nil) || !(*Manifest)(nil).SameContent(nil) {
+		t.Error("nil handling")
 	}
 }

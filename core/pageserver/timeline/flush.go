@@ -149,11 +149,28 @@ func (t *Timeline) manifestLocked() *manifest.Manifest {
 	return m
 }
 
+// saveLocal writes the local manifest, unless its content is the same as
+// the last one written. GC saves after every round (a raised cutoff must
+// survive a restart); on a quiet timeline nothing changed, and encoding
+// and fsyncing a manifest of a few hundred layers every second was a fifth
+// of a busy pageserver's CPU outside image layer passes.
 func (t *Timeline) saveLocal() error {
+	t.saveMu.Lock()
+	defer t.saveMu.Unlock()
 	t.mu.RLock()
 	m := t.manifestLocked()
 	t.mu.RUnlock()
-	return manifest.SaveLocal(filepath.Join(t.dir, manifestFile), m)
+	if m.SameContent(t.lastSaved) {
+		return nil
+	}
+	if err := manifest.SaveLocal(filepath.Join(t.dir, manifestFile), m); err != nil {
+		return err
+	}
+	t.lastSaved = m
+	if t.d.Metrics != nil {
+		t.d.Metrics.manifestSaves.Inc()
+	}
+	return nil
 }
 
 // Upload uploads every layer file not yet in the object store (in

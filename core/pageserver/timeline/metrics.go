@@ -23,6 +23,7 @@ type Metrics struct {
 	downloadBytes prometheus.Counter
 	evictions     prometheus.Counter
 	uploadErrors  prometheus.Counter
+	manifestSaves prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -44,9 +45,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		downloadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_downloaded_bytes_total", Help: "Layer bytes fetched on demand."}),
 		evictions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_evictions_total", Help: "Layer files evicted from local disk."}),
 		uploadErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_upload_errors_total", Help: "Failed upload rounds (retried)."}),
+		manifestSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_local_manifest_saves_total", Help: "Local manifest writes (each with an fsync); skipped when nothing changed."}),
 	}
 	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
-		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors)
+		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves)
 	return m
 }
 
