@@ -45,6 +45,9 @@ type Point struct {
 	Throughput, TPM, P95, WALPerTx, FPIShare, HitRatio, OtherCPU, StealCPU, PingP95 Stat
 	// Pageserver figures of strata targets (see Derived).
 	GetPageP99, DeltasPerGetPage, PageserverCPUPct Stat
+	// Compute agent figures of strata targets (see Derived): its cache
+	// tier's hit share and the time spent waiting for LFC locks.
+	ComputeHitPct, LFCLockWaitSec Stat
 	// Waits is the average number of sessions in each wait (samples per
 	// sampling round), summed over repeats and divided by them.
 	Waits map[string]float64
@@ -122,7 +125,7 @@ func Aggregate(title string, runs []*results.Run, p95Limit float64, noisePct flo
 }
 
 func (p *Point) fill(workload string, p95Limit, noisePct float64) {
-	var thr, tpm, p95, wal, fpi, hit, cpu, steal, ping, gp99, deltas, pscpu []float64
+	var thr, tpm, p95, wal, fpi, hit, cpu, steal, ping, gp99, deltas, pscpu, chit, lfclock []float64
 	n := 0
 	for _, r := range p.Runs {
 		if r.Status != "ok" {
@@ -155,7 +158,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 		add(&steal, "cpu_steal_pct", 1)
 		add(&ping, "ping_p95_ms", 1)
 		dv := Derived(r)
-		for key, dst := range map[string]*[]float64{GetPageP99: &gp99, DeltasPerGetPage: &deltas, PageserverCPUPct: &pscpu} {
+		for key, dst := range map[string]*[]float64{GetPageP99: &gp99, DeltasPerGetPage: &deltas, PageserverCPUPct: &pscpu, ComputeHitPct: &chit, LFCLockWaitSec: &lfclock} {
 			if v, ok := dv[key]; ok {
 				*dst = append(*dst, v)
 			}
@@ -177,6 +180,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 	p.Throughput, p.TPM, p.P95 = stat(thr), stat(tpm), stat(p95)
 	p.WALPerTx, p.FPIShare, p.HitRatio, p.OtherCPU, p.StealCPU, p.PingP95 = stat(wal), stat(fpi), stat(hit), stat(cpu), stat(steal), stat(ping)
 	p.GetPageP99, p.DeltasPerGetPage, p.PageserverCPUPct = stat(gp99), stat(deltas), stat(pscpu)
+	p.ComputeHitPct, p.LFCLockWaitSec = stat(chit), stat(lfclock)
 	p.Valid = n > 0 && p.P95.Median <= p95Limit
 }
 
@@ -185,6 +189,18 @@ func (d *Data) HasPageserver() bool {
 	for _, s := range d.Series {
 		for _, p := range s.Points {
 			if p.GetPageP99.N+p.DeltasPerGetPage.N+p.PageserverCPUPct.N > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HasCompute reports whether any point has compute agent figures.
+func (d *Data) HasCompute() bool {
+	for _, s := range d.Series {
+		for _, p := range s.Points {
+			if p.ComputeHitPct.N+p.LFCLockWaitSec.N > 0 {
 				return true
 			}
 		}

@@ -114,6 +114,10 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 	if ps {
 		psHead = `<th>GetPage p99 ms</th><th>deltas/GetPage</th><th>pageserver CPU %</th>`
 	}
+	cs := d.HasCompute()
+	if cs {
+		psHead += `<th>compute hit %</th><th>LFC lock wait s</th>`
+	}
 	fmt.Fprintf(&b, `<h2>Configurations (median [min–max] over repeats)</h2><table><tr><th class="l">series</th><th>VUs</th><th>repeats</th><th>%s</th><th>TPM</th><th>p95 ms</th><th>WAL/tx KB</th><th>FPI %%</th><th>hit %%</th>%s<th>ping p95 ms</th><th>other CPU %%</th><th>steal %%</th><th class="l">flags</th></tr>`, d.ThroughputName(), psHead)
 	for _, s := range d.Series {
 		for _, p := range s.Points {
@@ -130,6 +134,9 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 			psCells := ""
 			if ps {
 				psCells = fmt.Sprintf(`<td>%s</td><td>%s</td><td>%s</td>`, p.GetPageP99.text("%.3f"), p.DeltasPerGetPage.text("%.2f"), p.PageserverCPUPct.text("%.0f"))
+			}
+			if cs {
+				psCells += fmt.Sprintf(`<td>%s</td><td>%s</td>`, p.ComputeHitPct.text("%.1f"), p.LFCLockWaitSec.text("%.2f"))
 			}
 			fmt.Fprintf(&b, `<tr><td class="l">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>%s<td>%s</td><td>%s</td><td>%s</td><td class="l">%s</td></tr>`,
 				esc(s.Name), p.VUs, len(p.Runs), p.Throughput.text("%.0f"), p.TPM.text("%.0f"), p.P95.text("%.2f"),

@@ -30,10 +30,11 @@ const (
 	GetPages = "getpages"
 )
 
-// Derived computes the pageserver figures of r from its stored metric
-// deltas; a figure whose series are missing is left out.
+// Derived computes the pageserver and compute agent figures of r from its
+// stored metric deltas; a figure whose series are missing is left out.
 func Derived(r *results.Run) map[string]float64 {
 	out := map[string]float64{}
+	computeDerived(r, out)
 	prefix := ""
 	for _, p := range []string{"strata.pageserver.", "strata."} {
 		if hasSeries(r.Metrics, p+"strata_pageserver_") {
