@@ -13,8 +13,8 @@ import (
 const (
 	// ComputeHitPct is the share of the compute's page reads (FUSE reads
 	// of relation pages that shared_buffers missed) that its cache tier
-	// answered, in percent; 0 under the shared-buffers strategy, which has
-	// no cache tier.
+	// answered, in percent; absent under the shared-buffers strategy,
+	// which has no cache tier (its hit and miss counters stay at 0).
 	ComputeHitPct = "compute_cache_hit_pct"
 	// ComputeGetPages is the number of pages the compute read from the
 	// pageserver (its cache tier missed); ComputeGetPageMs their mean

@@ -39,18 +39,28 @@ func TestDerivedCompute(t *testing.T) {
 			t.Errorf("%s: a pageserver figure from compute series", prefix)
 		}
 	}
-	// The shared-buffers strategy has no LFC: no lock figures, and a hit
-	// share of 0 when its (absent) tier missed every read.
+	// The shared-buffers strategy has no cache tier: its hit and miss
+	// counters stay at 0 and there are no lfc_lock series, so neither
+	// figure exists; the GetPages still do.
 	m := computeMetrics("strata.compute.")
 	delete(m, `strata.compute.strata_wait_events_total{wait="lfc_lock"}`)
 	delete(m, `strata.compute.strata_wait_seconds_total{wait="lfc_lock"}`)
 	m["strata.compute.strata_compute_cache_hits_total"] = 0
+	m["strata.compute.strata_compute_cache_misses_total"] = 0
 	d := Derived(&results.Run{Metrics: m})
 	if _, ok := d[LFCLockWaits]; ok {
 		t.Error("lock figures without lfc_lock series")
 	}
-	if d[ComputeHitPct] != 0 {
-		t.Errorf("hit share %v with no hits", d[ComputeHitPct])
+	if v, ok := d[ComputeHitPct]; ok {
+		t.Errorf("hit share %v without a cache tier", v)
+	}
+	if d[ComputeGetPages] != 250 {
+		t.Errorf("GetPages %v without a cache tier, want 250", d[ComputeGetPages])
+	}
+	// A tier that missed every read: 0%.
+	m["strata.compute.strata_compute_cache_misses_total"] = 10
+	if v, ok := Derived(&results.Run{Metrics: m})[ComputeHitPct]; !ok || v != 0 {
+		t.Errorf("hit share %v (%v) with only misses, want 0", v, ok)
 	}
 }
 

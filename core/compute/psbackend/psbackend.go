@@ -6,7 +6,10 @@
 //
 // Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync,
 // relation size changes and Close send the buffer first, and reads see
-// buffered pages.
+// buffered pages. A full buffer is sent by a background flusher, so the
+// write that fills it does not wait for the round trip; only a buffer four
+// times the size (the pageserver slower than the writes) makes the writer
+// send it itself.
 //
 // One Backend serves one timeline for one primary compute, the only writer
 // of that timeline. It therefore keeps an authoritative local index: the
@@ -76,9 +79,11 @@ type Options struct {
 	// ZeroBatch bounds the pages sent in one PutPages (default 256).
 	ZeroBatch int
 	// WriteBuffer is how many page writes are kept before they are sent in
-	// one PutPages (default 64; 1 sends every write at once). Buffered pages
-	// are read back from the buffer; Sync, relation size changes and Close
-	// send them first.
+	// one PutPages (default 64; 1 sends every write at once, in the
+	// writer's call). A full buffer is sent in the background; at four
+	// times WriteBuffer the writer sends it itself and waits. Buffered
+	// pages are read back from the buffer; Sync, relation size changes and
+	// Close send them first.
 	WriteBuffer int
 	Log         zerolog.Logger
 }
@@ -111,6 +116,11 @@ type Backend struct {
 	lostCh   chan struct{}     // closed when lost is set
 	closed   bool
 	buf      map[pg.PageKey]*bufPage // page writes not yet sent
+
+	kick     chan struct{} // cap 1: the buffer is full, the flusher should send it
+	stop     chan struct{} // closed by Close: the flusher exits
+	stopOnce sync.Once
+	bg       sync.WaitGroup
 	// sizeW is, per fork, the highest LSN of a size version sent: every
 	// later size change is tagged at least that high, so the newest size
 	// is the newest version (buffered pages go out with mixed W).
@@ -145,7 +155,8 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.WriteBuffer <= 0 {
 		opts.WriteBuffer = 64
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, lostCh: make(chan struct{})}
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, lostCh: make(chan struct{}),
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
 		return nil, fmt.Errorf("psbackend: list timeline %s: %w", tl, err)
@@ -188,6 +199,8 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 			b.addDirLocked(path.Dir(pageserver.RelPath(r, 0)))
 		}
 	}
+	b.bg.Add(1)
+	go b.flusher()
 	return b, nil
 }
 
@@ -237,6 +250,8 @@ func decodeDirs(data []byte) (map[string]uint32, error) {
 // Close sends the buffered page writes and marks the Backend closed (the
 // client is the caller's).
 func (b *Backend) Close() error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.bg.Wait()
 	err := b.flush(context.Background())
 	b.mu.Lock()
 	b.closed = true
@@ -429,12 +444,59 @@ func (b *Backend) buffer(ctx context.Context, key pg.PageKey, data []byte, w pg.
 	if n, ok := b.rels[key.Tag()]; ok && key.Block >= n {
 		b.rels[key.Tag()] = key.Block + 1
 	}
-	full := len(b.buf) >= b.opts.WriteBuffer
+	n := len(b.buf)
 	b.mu.Unlock()
-	if full {
+	switch {
+	case n >= b.opts.WriteBuffer && (b.opts.WriteBuffer == 1 || n >= 4*b.opts.WriteBuffer):
+		// Every write at once, or the flusher is behind: send it here.
 		return b.flush(ctx)
+	case n >= b.opts.WriteBuffer:
+		select {
+		case b.kick <- struct{}{}:
+		default: // a flush is already due
+		}
 	}
 	return nil
+}
+
+// flusher sends the buffer whenever a write finds it full, until Close.
+// A failed send leaves the pages in the buffer: the next send (a full
+// buffer, Sync, a size change, Close) carries them again and returns its
+// error to Postgres. Meanwhile it retries with a backoff, and logs the
+// first failure and the recovery.
+func (b *Backend) flusher() {
+	defer b.bg.Done()
+	var backoff time.Duration
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.kick:
+		}
+		err := b.flush(context.Background())
+		switch {
+		case err == nil && backoff > 0:
+			b.opts.Log.Info().Msg("psbackend: background page writes are sent again")
+			backoff = 0
+		case err == nil:
+		default:
+			if backoff == 0 {
+				b.opts.Log.Warn().Err(err).Msg("psbackend: sending buffered page writes in the background (kept, retried)")
+			}
+			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-b.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			select {
+			case b.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // flush sends every buffered page write. Pages stay readable from the
