@@ -116,11 +116,6 @@ type Backend struct {
 	lostCh   chan struct{}     // closed when lost is set
 	closed   bool
 	buf      map[pg.PageKey]*bufPage // page writes not yet sent
-
-	kick     chan struct{} // cap 1: the buffer is full, the flusher should send it
-	stop     chan struct{} // closed by Close: the flusher exits
-	stopOnce sync.Once
-	bg       sync.WaitGroup
 	// sizeW is, per fork, the highest LSN of a size version sent: every
 	// later size change is tagged at least that high, so the newest size
 	// is the newest version (buffered pages go out with mixed W).
@@ -129,6 +124,11 @@ type Backend struct {
 	// at least (this compute is the only writer): a batch whose pages all
 	// lie below it extends nothing there, and flush need not restate it.
 	psSize map[pg.RelTag]uint32
+
+	kick     chan struct{} // cap 1: the buffer is full, the flusher should send it
+	stop     chan struct{} // closed by Close: the flusher exits
+	stopOnce sync.Once
+	bg       sync.WaitGroup
 }
 
 type bufPage struct {

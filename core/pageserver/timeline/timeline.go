@@ -240,12 +240,12 @@ type Timeline struct {
 	chains     map[keyspace.Key]int // chainState per key: deltas and their bytes since its last base (DueImages)
 
 	flushMu sync.Mutex // one flush/compaction/GC/upload at a time
+	kick    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
 
 	saveMu    sync.Mutex         // one local manifest save at a time
 	lastSaved *manifest.Manifest // the local manifest's content as last saved
-	kick      chan struct{}
-	stop      chan struct{}
-	wg        sync.WaitGroup
 }
 
 type lsnTime struct {
