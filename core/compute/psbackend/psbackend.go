@@ -515,7 +515,21 @@ func (b *Backend) flush(ctx context.Context) error {
 		sent[k] = p
 		ws = append(ws, client.PageWrite{Page: k, W: p.w, Data: p.data})
 	}
+	// Every page of one send carries its highest W (and no less than any
+	// W sent before): a send of more than ZeroBatch pages is several
+	// calls, and a page whose own W lay below an image layer that the
+	// pageserver made between two of them would be hidden by that image
+	// (timeline.PutPages' contract). Each page was written at or before
+	// that W, and a Sync's W is past every page it sends, so no durability
+	// wait changes.
+	sendW := b.maxW
+	for _, w := range ws {
+		sendW = max(sendW, w.W)
+	}
 	b.mu.Unlock()
+	for i := range ws {
+		ws[i].W = sendW
+	}
 	// Ascending keys: a fork grows block by block on the pageserver.
 	sort.Slice(ws, func(i, j int) bool {
 		if ws[i].Page.Tag() != ws[j].Page.Tag() {

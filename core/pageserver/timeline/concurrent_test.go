@@ -37,9 +37,19 @@ func TestConcurrentWithBackground(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tl.Close()
+	// W is drawn and the write made under one lock: writes reach the
+	// timeline in W order, as from the one compute that writes a timeline
+	// (PutPages' contract). Drawn apart, a write could arrive below an
+	// image layer made meanwhile and read back as the image's older page.
 	var lsnMu sync.Mutex
 	lsn := pg.LSN(1000)
-	next := func() pg.LSN { lsnMu.Lock(); defer lsnMu.Unlock(); lsn += 10; return lsn }
+	put := func(rel pg.RelTag, blk uint32, p []byte) (pg.LSN, error) {
+		lsnMu.Lock()
+		defer lsnMu.Unlock()
+		lsn += 10
+		_, err := tl.PutPages(ctx, []PageWrite{{Page: rel.Page(blk), W: lsn, Data: p}})
+		return lsn, err
+	}
 	dur := 1500 * time.Millisecond
 	stop := time.Now().Add(dur)
 	var wg sync.WaitGroup
@@ -56,9 +66,9 @@ func TestConcurrentWithBackground(t *testing.T) {
 			rel := pg.RelTag{Spc: 1663, DB: 1, Rel: uint32(100 + w)}
 			for i := 0; time.Now().Before(stop); i++ {
 				blk := uint32(i % 24)
-				l := next()
 				p := bytes.Repeat([]byte(fmt.Sprintf("w%d-%d;", w, i)), pg.BlockSize)[:pg.BlockSize]
-				if _, err := tl.PutPages(ctx, []PageWrite{{Page: rel.Page(blk), W: l, Data: p}}); err != nil {
+				l, err := put(rel, blk, p)
+				if err != nil {
 					errs <- err
 					return
 				}

@@ -321,6 +321,13 @@ type PageWrite struct {
 
 // PutPages stores page images from the compute (gated, see Put) and extends
 // the relations' sizes when a page lies past the end.
+//
+// The writer's W must not go back between calls: a version that arrives
+// with a W below the LSN of an image layer made meanwhile (at most the
+// durable LSN, so at most the highest W received) is hidden by that image,
+// and one below the GC cutoff may be compacted away. One compute writes a
+// timeline, and psbackend tags every page of one send with the send's
+// highest W, so its calls never go back.
 func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
