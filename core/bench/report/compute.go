@@ -30,14 +30,8 @@ const (
 
 // computeDerived adds the compute agent's figures of r to out.
 func computeDerived(r *results.Run, out map[string]float64) {
-	prefix := ""
-	for _, p := range []string{"strata.compute.", "strata."} {
-		if hasSeries(r.Metrics, p+"strata_compute_") {
-			prefix = p
-			break
-		}
-	}
-	if prefix == "" {
+	prefix, ok := seriesPrefix(r.Metrics, "compute", "strata_compute_")
+	if !ok {
 		return
 	}
 	hits, hok := r.Metrics[prefix+"strata_compute_cache_hits_total"]

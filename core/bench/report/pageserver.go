@@ -35,14 +35,8 @@ const (
 func Derived(r *results.Run) map[string]float64 {
 	out := map[string]float64{}
 	computeDerived(r, out)
-	prefix := ""
-	for _, p := range []string{"strata.pageserver.", "strata."} {
-		if hasSeries(r.Metrics, p+"strata_pageserver_") {
-			prefix = p
-			break
-		}
-	}
-	if prefix == "" {
+	prefix, ok := seriesPrefix(r.Metrics, "pageserver", "strata_pageserver_")
+	if !ok {
 		return out
 	}
 	if n, ok := r.Metrics[prefix+"strata_pageserver_getpage_total"]; ok {
@@ -61,6 +55,19 @@ func Derived(r *results.Run) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// seriesPrefix finds where a run stored one process's series: under
+// "strata.<process>." when the bench scraped a strata target's processes
+// itself, under "strata." when the target's metrics_url points at that
+// process. family is a series name prefix only that process exports.
+func seriesPrefix(m map[string]float64, process, family string) (string, bool) {
+	for _, p := range []string{"strata." + process + ".", "strata."} {
+		if hasSeries(m, p+family) {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 func hasSeries(m map[string]float64, prefix string) bool {
