@@ -489,14 +489,19 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	if err := t.Flush(ctx); err != nil {
 		return err
 	}
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
-	// The images rank above every version that exists now (all of them
-	// are in memory or layers, with smaller Seqs) and below any later
-	// write at the same LSN.
+	// The images rank above every version that exists now and below any
+	// later write at the same LSN. With writeMu held no write is half
+	// stored: every smaller Seq is in memory or a layer file, where the
+	// scan below sees it. From here on a gated write below lsn is raised
+	// to lsn (putLocked), so no later write is hidden by these images.
+	t.writeMu.Lock()
 	t.mu.Lock()
 	imgSeq := t.seq.Add(1)
+	t.imageFloor = max(t.imageFloor, lsn)
 	t.mu.Unlock()
+	t.writeMu.Unlock()
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	// Stream: one key materialized at a time, files rolled over at the
 	// target size at a key boundary; declared ranges tile the key space.
 	var hs []*handle

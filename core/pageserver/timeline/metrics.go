@@ -24,6 +24,7 @@ type Metrics struct {
 	evictions     prometheus.Counter
 	uploadErrors  prometheus.Counter
 	manifestSaves prometheus.Counter
+	raisedWrites  prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -46,9 +47,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		evictions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_evictions_total", Help: "Layer files evicted from local disk."}),
 		uploadErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_upload_errors_total", Help: "Failed upload rounds (retried)."}),
 		manifestSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_local_manifest_saves_total", Help: "Local manifest writes (each with an fsync); skipped when nothing changed."}),
+		raisedWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_writes_raised_total",
+			Help: "Compute writes whose W lay below the newest image layer's LSN, stored at that LSN instead (else the image would hide them)."}),
 	}
 	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
-		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves)
+		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites)
 	return m
 }
 
@@ -68,6 +71,12 @@ func (m *Metrics) read(hit bool, layers int) {
 func (m *Metrics) reconstructed(deltas int) {
 	if m != nil {
 		m.redoDeltas.Observe(float64(deltas))
+	}
+}
+
+func (m *Metrics) raised(n int) {
+	if m != nil && n > 0 {
+		m.raisedWrites.Add(float64(n))
 	}
 }
 

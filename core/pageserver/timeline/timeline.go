@@ -220,6 +220,7 @@ type Timeline struct {
 	layers      *layermap.Map[*handle]
 	gen         uint64
 	gcCutoff    pg.LSN
+	imageFloor  pg.LSN   // LSN of the newest image layer, made or being made (putLocked)
 	retain      []pg.LSN // branch points of children
 	removed     []string // layer names dropped from the map, still in the last published manifest
 	lsnTimes    []lsnTime
@@ -343,6 +344,11 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		}
 	}
 	t.layers = layermap.New(hs)
+	for _, h := range hs {
+		if h.desc.Kind == layer.ImageLayer {
+			t.imageFloor = max(t.imageFloor, h.desc.LSNStart)
+		}
+	}
 	if err := t.removeStrays(hs); err != nil {
 		return nil, err
 	}

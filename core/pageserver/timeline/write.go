@@ -173,10 +173,21 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 	}
 	var maxLSN pg.LSN
 	direct := make([]layer.Version, 0, len(cs))
+	raised := 0
 	for _, c := range cs {
-		v := layer.Version{Key: c.Key, LSN: c.LSN, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
-		maxLSN = max(maxLSN, c.LSN)
-		if gated && c.LSN > commit {
+		lsn := c.LSN
+		if gated && lsn < t.imageFloor {
+			// An image layer at imageFloor would hide this version from
+			// every read at or above it. Stored at the image's LSN, its
+			// larger Seq ranks it above the image (CreateImageLayer). Its
+			// W is below that LSN, which is at most the durable LSN: the
+			// WAL behind it is durable either way.
+			lsn = t.imageFloor
+			raised++
+		}
+		v := layer.Version{Key: c.Key, LSN: lsn, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
+		maxLSN = max(maxLSN, lsn)
+		if gated && lsn > commit {
 			t.pending = append(t.pending, v)
 			t.pendingKeys[c.Key] = insertVersion(t.pendingKeys[c.Key], v)
 			continue
@@ -184,7 +195,12 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 		direct = append(direct, v)
 	}
 	open := t.open
+	floor := t.imageFloor
 	t.mu.Unlock()
+	if raised > 0 {
+		t.d.Metrics.raised(raised)
+		t.log.Debug().Int("versions", raised).Stringer("image_lsn", floor).Msg("writes below the newest image layer raised to its LSN")
+	}
 	wrote := len(direct) > 0
 	for attempt := 0; wrote; attempt++ {
 		err := open.PutBatch(direct)
@@ -322,12 +338,15 @@ type PageWrite struct {
 // PutPages stores page images from the compute (gated, see Put) and extends
 // the relations' sizes when a page lies past the end.
 //
-// The writer's W must not go back between calls: a version that arrives
-// with a W below the LSN of an image layer made meanwhile (at most the
-// durable LSN, so at most the highest W received) is hidden by that image,
-// and one below the GC cutoff may be compacted away. One compute writes a
-// timeline, and psbackend tags every page of one send with the send's
-// highest W, so its calls never go back.
+// A page whose W lies below the LSN of the newest image layer (made at
+// most at the durable LSN, so at most at the highest W received) is
+// stored at that LSN instead, above the image (putLocked): a write that
+// arrives late, such as one racing with another write of the compute that
+// let the durable LSN pass its W, is never hidden by an image made
+// meanwhile. Reads at LSNs between its W and the image's do not see it.
+// One compute writes a timeline, and psbackend tags every page of one send
+// with at least the highest W it sent before, so this is rare
+// (strata_pageserver_writes_raised_total).
 func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
