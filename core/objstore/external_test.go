@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -34,7 +35,11 @@ func pluginBinary(t *testing.T, name string) string {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if p, ok := built[name]; ok {
-		return p
+		// Built in an earlier test's TempDir: gone once that test ended
+		// (go test -count=2 ran the cached path and failed).
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
