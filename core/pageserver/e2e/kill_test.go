@@ -89,6 +89,13 @@ func startProc(t *testing.T, logName string, args ...string) *proc {
 	}()
 	go func() { cmd.Wait(); close(p.done) }()
 	t.Cleanup(p.kill9)
+	// A failed test shows what the process logged (its folder goes with
+	// the test).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s, last lines:\n%s", logName, p.tail())
+		}
+	})
 	select {
 	case line := <-ready:
 		f := strings.Fields(line)
