@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,11 +34,73 @@ var tlID = pg.TimelineID{0xE2, 0xE0, 1}
 
 func longTests() bool { return os.Getenv("STRATA_LONG_TESTS") == "1" }
 
+// testLog is the logger of the in-process servers: with STRATA_E2E_LOG=1
+// every line goes to the test log; otherwise the last lines are kept and a
+// failed test logs them, so that a failure in CI says what the servers
+// did before it.
 func testLog(t testing.TB) zerolog.Logger {
 	if os.Getenv("STRATA_E2E_LOG") == "1" {
 		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	}
-	return zerolog.Nop()
+	r := &logTail{max: 24 << 10}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last log lines of the in-process servers:\n%s", r.String())
+		}
+	})
+	return zerolog.New(r).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+}
+
+// logTail keeps the last max bytes written to it, cut at a line start. A
+// line that repeats the one before it but for its time (a reconnect loop)
+// is counted, not kept.
+type logTail struct {
+	mu      sync.Mutex
+	max     int
+	buf     []byte
+	prev    string // the last kept line without its time
+	repeats int
+}
+
+var logTime = regexp.MustCompile(`"time":"[^"]*"`)
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := logTime.ReplaceAllString(string(p), "")
+	if key == l.prev {
+		l.repeats++
+		return len(p), nil
+	}
+	if l.repeats > 0 {
+		l.buf = fmt.Appendf(l.buf, "(the line above repeated %d more times)\n", l.repeats)
+	}
+	l.prev, l.repeats = key, 0
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > 2*l.max {
+		cut := len(l.buf) - l.max
+		if i := bytes.IndexByte(l.buf[cut:], '\n'); i >= 0 {
+			cut += i + 1
+		}
+		l.buf = append([]byte(nil), l.buf[cut:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buf
+	if l.repeats > 0 {
+		b = fmt.Appendf(append([]byte(nil), b...), "(the line above repeated %d more times)\n", l.repeats)
+	}
+	if len(b) > l.max {
+		b = b[len(b)-l.max:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

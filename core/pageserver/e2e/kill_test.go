@@ -255,7 +255,11 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	}})
 	srv.Stop()
 	w0 := controlCheckpoint(t, srv.DataDir)
-	sks := startSafekeepers(t, srv.Port)
+	skNodes := startSafekeeperNodes(t, srv.Port)
+	var sks []string
+	for _, n := range skNodes {
+		sks = append(sks, n.addr)
+	}
 	storeDir, psDir := t.TempDir(), t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
 	// Every run names the bootstrap folder: only the first imports it.
@@ -358,7 +362,20 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	srv.Exec("postgres", "CHECKPOINT")
 	srv.Stop()
 	wEnd := controlCheckpoint(t, srv.DataDir)
-	waitFor(t, 2*time.Minute, "ingest past the shutdown checkpoint", func() bool { return p2.info(t).LSNs.LastRecord > wEnd })
+	lastReport := time.Now()
+	waitFor(t, 2*time.Minute, "ingest past the shutdown checkpoint", func() bool {
+		i := p2.info(t)
+		if i.LSNs.LastRecord <= wEnd && time.Since(lastReport) > 20*time.Second {
+			lastReport = time.Now()
+			var fl []string
+			for _, n := range skNodes {
+				st := n.n.Status()
+				fl = append(fl, fmt.Sprintf("%s flush %s commit %s", st.ID, st.FlushLSN, st.CommitLSN))
+			}
+			t.Logf("waiting for ingest past the shutdown checkpoint %s: pageserver LSNs %+v; safekeepers: %s", wEnd, i.LSNs, strings.Join(fl, ", "))
+		}
+		return i.LSNs.LastRecord > wEnd
+	})
 
 	n := checkSnapshots(t, "after kill -9 and restart", p2.c, snaps, pg.LSN(^uint64(0)))
 	t.Logf("%d snapshots at durable LSNs %s..%s; %d page reads equal after the restart", len(snaps), snaps[0].lsn, snaps[len(snaps)-1].lsn, n)
