@@ -21,11 +21,12 @@ import (
 // appends a line to SUPERVISE_LOG and then does what SUPERVISE_CHILD says,
 // reading the run number from the log's length.
 //
-//	"crash-then-0:N" runs N times killing itself (SIGKILL) after a short
-//	                 wait, then exits 0;
+//	"crash-then-0:N" runs N times killing itself (SIGKILL) after a little
+//	                 more than childShort, then exits 0;
 //	"exit:C"         exits with status C at once;
 //	"crash-fast"     kills itself at once;
-//	"long-once"      the first run kills itself after 300 ms, later ones at once;
+//	"long-once"      the first run kills itself after a little more than
+//	                 childShort, later ones at once;
 //	"wait"           waits for SIGTERM and exits 0.
 func TestMain(m *testing.M) {
 	if os.Getenv("SUPERVISE_PARENT") != "" {
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 	switch kind {
 	case "crash-then-0":
 		if run <= n {
-			time.Sleep(150 * time.Millisecond)
+			time.Sleep(childShort + 100*time.Millisecond)
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		os.Exit(0)
@@ -66,7 +67,7 @@ func TestMain(m *testing.M) {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case "long-once":
 		if run == 1 {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(childShort + 100*time.Millisecond)
 		}
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case "wait":
@@ -77,6 +78,11 @@ func TestMain(m *testing.M) {
 	}
 	time.Sleep(time.Hour)
 }
+
+// childShort is the tests' MinUptime. A "crash-fast" child must die well
+// within it even on a loaded machine: starting this test binary took 141 ms
+// once in CI (with a MinUptime of 100 ms, that crash counted as a good run).
+const childShort = time.Second
 
 func opts(t *testing.T, mode string) (Options, string, *[]int) {
 	t.Helper()
@@ -92,7 +98,7 @@ func opts(t *testing.T, mode string) (Options, string, *[]int) {
 		Env:       append(os.Environ(), "SUPERVISE_CHILD="+mode, "SUPERVISE_LOG="+logPath),
 		Name:      "child",
 		Final:     []int{2},
-		MinUptime: 100 * time.Millisecond, Backoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
+		MinUptime: childShort, Backoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
 		MaxFailedStarts: 3,
 		Log:             zerolog.New(zerolog.NewTestWriter(t)),
 		Started: func(pid int) {
