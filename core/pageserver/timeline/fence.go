@@ -40,6 +40,7 @@ func (t *Timeline) DropPending(e pg.LSN) int {
 	}
 	if dropped > 0 {
 		t.pending = keep
+		t.pendingMin = minLSN(keep)
 		t.epoch.Add(1)
 	}
 	return dropped

@@ -132,10 +132,8 @@ func (t *Timeline) manifestLocked() *manifest.Manifest {
 			dcl = lo - 1
 		}
 	}
-	for _, p := range t.pending {
-		if p.LSN > 0 && p.LSN-1 < dcl {
-			dcl = p.LSN - 1
-		}
+	if len(t.pending) > 0 && t.pendingMin > 0 && t.pendingMin-1 < dcl {
+		dcl = t.pendingMin - 1
 	}
 	m.DiskConsistentLSN = dcl
 	for _, h := range t.layers.All() {

@@ -98,7 +98,7 @@ func ingestWithPolicy(t *testing.T, tl *Timeline, cs []Change, last pg.LSN) {
 func imagesOf(t *testing.T, tl *Timeline, k keyspace.Key) []pg.LSN {
 	t.Helper()
 	var out []pg.LSN
-	s := tl.snap(k)
+	s := tl.snap(k, LatestLSN)
 	var vs []layer.Version
 	for _, m := range s.mems {
 		vs = m.Versions(vs[:0], k, LatestLSN)

@@ -29,12 +29,30 @@ type snapshot struct {
 	layers  *layermap.Map[*handle]
 }
 
-func (t *Timeline) snap(k keyspace.Key) snapshot {
+// snap takes the snapshot for a read of k at upto. Of k's pending versions
+// it keeps those a read at upto needs: at or below upto, from the newest
+// base among them on (a relation extended page by page while the commit
+// LSN stands still has one pending size version per page).
+func (t *Timeline) snap(k keyspace.Key, upto pg.LSN) snapshot {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s := snapshot{layers: t.layers}
 	if p := t.pendingKeys[k]; len(p) > 0 {
-		s.pending = append([]layer.Version(nil), p...) // writers edit it in place
+		// p is oldest first.
+		hi := len(p)
+		for hi > 0 && p[hi-1].LSN > upto {
+			hi--
+		}
+		lo := hi
+		for lo > 0 {
+			lo--
+			if p[lo].Kind.IsBase() {
+				break
+			}
+		}
+		if lo < hi {
+			s.pending = append([]layer.Version(nil), p[lo:hi]...) // writers edit p in place
+		}
 	}
 	s.mems = append(make([]*layer.InMem, 0, 1+len(t.frozen)), t.open)
 	s.mems = append(s.mems, t.frozen...)
@@ -55,7 +73,7 @@ func (t *Timeline) collect(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]
 }
 
 func (t *Timeline) collectOnce(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]cand, int, error) {
-	s := t.snap(k)
+	s := t.snap(k, upto)
 	var cs []cand
 	for _, v := range s.pending {
 		if v.LSN <= upto {

@@ -216,6 +216,7 @@ type Timeline struct {
 	logSeq      uint64
 	frozen      []*layer.InMem
 	pending     []layer.Version // W > commit LSN, in arrival order
+	pendingMin  pg.LSN          // the lowest LSN in pending (0 when it is empty)
 	pendingKeys map[keyspace.Key][]layer.Version
 	layers      *layermap.Map[*handle]
 	gen         uint64
@@ -513,10 +514,8 @@ func (t *Timeline) LSNs() LSNs {
 	if t.dirty.Load() {
 		l.Durable = min(l.Durable, pg.LSN(t.synced.Load()))
 	}
-	for _, p := range t.pending {
-		if p.LSN <= l.Durable {
-			l.Durable = p.LSN - 1
-		}
+	if len(t.pending) > 0 && t.pendingMin <= l.Durable {
+		l.Durable = t.pendingMin - 1
 	}
 	return l
 }

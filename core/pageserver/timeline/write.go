@@ -188,6 +188,9 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 		v := layer.Version{Key: c.Key, LSN: lsn, Seq: t.seq.Add(1), Kind: c.Kind, Data: c.Data}
 		maxLSN = max(maxLSN, lsn)
 		if gated && lsn > commit {
+			if len(t.pending) == 0 || lsn < t.pendingMin {
+				t.pendingMin = lsn
+			}
 			t.pending = append(t.pending, v)
 			t.pendingKeys[c.Key] = insertVersion(t.pendingKeys[c.Key], v)
 			continue
@@ -276,7 +279,9 @@ func (t *Timeline) CommitAdvanced() error {
 // REQUIRES: t.writeMu held.
 func (t *Timeline) releaseLocked(commit pg.LSN) error {
 	t.mu.Lock()
-	if len(t.pending) == 0 || t.closed {
+	// Most calls come from a write while the commit LSN stands still:
+	// nothing to release, and no scan of every pending version.
+	if len(t.pending) == 0 || t.closed || t.pendingMin > commit {
 		t.mu.Unlock()
 		return nil
 	}
@@ -304,6 +309,7 @@ func (t *Timeline) releaseLocked(commit pg.LSN) error {
 	}
 	t.mu.Lock()
 	t.pending = keep
+	t.pendingMin = minLSN(keep)
 	for _, v := range rel {
 		vs := t.pendingKeys[v.Key]
 		for i := range vs {
@@ -320,6 +326,17 @@ func (t *Timeline) releaseLocked(commit pg.LSN) error {
 	}
 	t.mu.Unlock()
 	return nil
+}
+
+// minLSN returns the lowest LSN of vs, 0 when vs is empty.
+func minLSN(vs []layer.Version) pg.LSN {
+	var m pg.LSN
+	for i, v := range vs {
+		if i == 0 || v.LSN < m {
+			m = v.LSN
+		}
+	}
+	return m
 }
 
 func encodeSize(n uint32) []byte {
