@@ -51,6 +51,15 @@ type Config struct {
 	FastPoll time.Duration
 	// SlowPoll is the poll interval otherwise (default 100 ms).
 	SlowPoll time.Duration
+	// StalledPoll is the poll interval while versions wait but the commit
+	// LSN has not moved for StallAfter (default 20 ms): initdb on a new
+	// compute writes every page above a commit LSN that cannot move before
+	// Postgres streams, and a group without a quorum cannot move it either.
+	// The first advance brings FastPoll back.
+	StalledPoll time.Duration
+	// StallAfter is how long versions wait without the commit LSN moving
+	// before the pollers slow down to StalledPoll (default 100 ms).
+	StallAfter time.Duration
 	// CallTimeout bounds one status call (default 1 s).
 	CallTimeout time.Duration
 	// MaxBackoff bounds the retry delay of an unreachable safekeeper
@@ -64,6 +73,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SlowPoll <= 0 {
 		c.SlowPoll = 100 * time.Millisecond
+	}
+	if c.StalledPoll <= 0 {
+		c.StalledPoll = 20 * time.Millisecond
+	}
+	c.StalledPoll = max(c.StalledPoll, c.FastPoll)
+	if c.StallAfter <= 0 {
+		c.StallAfter = 100 * time.Millisecond
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = time.Second
@@ -165,9 +181,10 @@ type Commit struct {
 	clients []*server.Client
 	m       *metrics
 
-	commit atomic.Uint64
-	hooks  atomic.Pointer[Hooks]
-	advMu  sync.Mutex // serializes Hooks.Advanced
+	commit   atomic.Uint64
+	advanced atomic.Int64 // when the commit LSN last rose (UnixNano)
+	hooks    atomic.Pointer[Hooks]
+	advMu    sync.Mutex // serializes Hooks.Advanced
 
 	sleepers atomic.Int32 // pollers in a SlowPoll sleep
 
@@ -272,19 +289,32 @@ func (c *Commit) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (c *Commit) waiting() bool {
-	h := c.hooks.Load()
-	if h.Waiting == nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.subs) > 0
-	}
-	if h.Waiting() {
-		return true
+// waiting reports whether versions wait for the commit LSN (Hooks.Waiting)
+// and whether a Wait call does.
+func (c *Commit) waiting() (versions, callers bool) {
+	if h := c.hooks.Load(); h.Waiting != nil {
+		versions = h.Waiting()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.subs) > 0
+	return versions, len(c.subs) > 0
+}
+
+// fastSleep is the poll interval while something waits for the commit
+// LSN: FastPoll, or StalledPoll once versions (and no Wait call) have
+// waited StallAfter since the later of waitStart and the last advance.
+func (c *Commit) fastSleep(waitStart time.Time, callers bool) time.Duration {
+	if callers {
+		return c.cfg.FastPoll
+	}
+	since := waitStart
+	if a := time.Unix(0, c.advanced.Load()); a.After(since) {
+		since = a
+	}
+	if time.Since(since) >= c.cfg.StallAfter {
+		return c.cfg.StalledPoll
+	}
+	return c.cfg.FastPoll
 }
 
 func (c *Commit) poll(ctx context.Context, i int) {
@@ -292,6 +322,7 @@ func (c *Commit) poll(ctx context.Context, i int) {
 	backoff := 50 * time.Millisecond
 	wasUp := true
 	fails := 0
+	var waitStart time.Time // when versions began to wait, zero while none do
 	for {
 		if fails >= 3 {
 			// A fresh connection: gRPC's own reconnect backoff grows to
@@ -350,9 +381,15 @@ func (c *Commit) poll(ctx context.Context, i int) {
 			c.mu.Unlock()
 			c.sleepers.Add(1)
 			sleep, slow = c.cfg.SlowPoll, true
-			if c.waiting() {
+			versions, callers := c.waiting()
+			if !versions {
+				waitStart = time.Time{}
+			} else if waitStart.IsZero() {
+				waitStart = time.Now()
+			}
+			if versions || callers {
 				c.sleepers.Add(-1)
-				sleep, slow, wake = c.cfg.FastPoll, false, nil
+				sleep, slow, wake = c.fastSleep(waitStart, callers), false, nil
 			}
 		}
 		t := time.NewTimer(sleep)
@@ -387,6 +424,7 @@ func (c *Commit) update(i int, fn func(p *Peer)) {
 	var subs []chan struct{}
 	if advanced {
 		c.commit.Store(uint64(q))
+		c.advanced.Store(time.Now().UnixNano())
 		subs, c.subs = c.subs, nil
 	}
 	c.mu.Unlock()

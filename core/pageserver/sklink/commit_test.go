@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,13 +48,15 @@ func TestQuorum(t *testing.T) {
 
 // fakeSK is a safekeeper whose status the test sets; only Status is served.
 type fakeSK struct {
-	mu   sync.Mutex
-	st   server.Status
-	addr string
-	g    *grpc.Server
+	mu    sync.Mutex
+	st    server.Status
+	addr  string
+	g     *grpc.Server
+	calls atomic.Int64 // Status calls served
 }
 
 func (f *fakeSK) Status() server.Status {
+	f.calls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.st
@@ -230,6 +233,45 @@ func TestCommitSlowPollKick(t *testing.T) {
 	waiting <- true
 	c.Kick()
 	waitLSN(t, c, 20, 2*time.Second)
+}
+
+// TestCommitStalledPoll: while versions wait and the commit LSN does not
+// move (initdb on a new compute, a group without a quorum), the pollers
+// slow down from FastPoll to StalledPoll after StallAfter; the first
+// advance brings FastPoll back.
+func TestCommitStalledPoll(t *testing.T) {
+	s := &fakeSK{st: server.Status{FlushLSN: 10}}
+	s.serve(t)
+	defer s.stop()
+	c, err := NewCommit(Config{Safekeepers: []string{s.addr}, Timeline: pg.TimelineID{1},
+		FastPoll: time.Millisecond, SlowPoll: time.Hour, StalledPoll: 300 * time.Millisecond, StallAfter: 100 * time.Millisecond}, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetHooks(Hooks{Waiting: func() bool { return true }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done; c.Close() }()
+	waitLSN(t, c, 10, 5*time.Second)
+	time.Sleep(400 * time.Millisecond) // past StallAfter and one stalled sleep
+	n0 := s.calls.Load()
+	time.Sleep(time.Second)
+	stalled := s.calls.Load() - n0
+	// FastPoll would be up to 1,000 calls; StalledPoll about 3.
+	if stalled > 10 {
+		t.Fatalf("%d status calls in 1 s with the commit LSN stalled: the pollers did not slow down", stalled)
+	}
+	s.set(func(st *server.Status) { st.FlushLSN = 20 })
+	waitLSN(t, c, 20, 5*time.Second)
+	time.Sleep(time.Millisecond)
+	n1 := s.calls.Load()
+	time.Sleep(80 * time.Millisecond)
+	fast := s.calls.Load() - n1
+	if fast < 5 {
+		t.Fatalf("%d status calls in the 80 ms after the commit LSN moved: FastPoll did not come back", fast)
+	}
+	t.Logf("status calls: %d in 1 s stalled, %d in 80 ms after the advance", stalled, fast)
 }
 
 func TestConfigValidate(t *testing.T) {
