@@ -34,6 +34,7 @@ type Link struct {
 	ingest bool
 	Commit *Commit
 	src    replication.Source
+	stalls stallCheck // across the streams of runIngest
 }
 
 // Options of New.
@@ -177,13 +178,12 @@ func (l *Link) runIngest(ctx context.Context, lookup func() *timeline.Timeline) 
 // group's commit LSN is ahead of it before its stream is opened again.
 const ingestStall = 10 * time.Second
 
-// stallSlack is how far the commit LSN may stay ahead of ingest without
-// counting as a stall (one WAL page).
+// stallSlack is how far the commit LSN may stay ahead of ingest and the
+// stream still be opened again only once for that gap (one WAL page).
 const stallSlack = 8192
 
 // watchIngest cancels a WAL stream that delivers nothing while the
-// group's commit LSN is more than a WAL page ahead of the timeline's last
-// ingested record (a
+// group's commit LSN is ahead of the timeline's last ingested record (a
 // stream that hangs; seen once after a restart of the whole cluster, cause
 // not found yet): a GetPage that waits for that WAL would otherwise time
 // out. The caller opens a new stream.
@@ -198,15 +198,45 @@ func (l *Link) watchIngest(ctx context.Context, cancel context.CancelFunc, tl *t
 		case <-t.C:
 		}
 		cur := tl.LSNs().LastRecord
-		// More than a WAL page ahead: the commit LSN may sit at the end of
-		// a page just past the last record while Postgres is idle.
-		if commit := l.Commit.CommitLSN(); cur == last && commit > cur+stallSlack {
+		commit := l.Commit.CommitLSN()
+		if l.stalls.reopen(last, cur, commit) {
 			l.log.Warn().Stringer("ingested", cur).Stringer("commit", commit).Dur("stalled", ingestStall).Msg("WAL ingest makes no progress; opening the stream again")
 			cancel()
 			return
 		}
 		last = cur
 	}
+}
+
+// stallCheck decides, once per ingestStall, whether a WAL stream that
+// ingested nothing since the last check is opened again.
+type stallCheck struct {
+	mu          sync.Mutex
+	smallCur    pg.LSN // the last small gap reopened for
+	smallCommit pg.LSN
+}
+
+// reopen reports whether to open the stream again: ingest stayed at cur
+// (last == cur) while the commit LSN is ahead of it. A gap of more than a
+// WAL page always counts. A smaller gap counts once for each (cur, commit):
+// it can be the end of the WAL that a stopped Postgres left (its shutdown
+// checkpoint record) and a hung stream would never deliver it, but it
+// could also be a gap that a new stream does not close either, and that
+// one must not reopen the stream every ingestStall.
+func (s *stallCheck) reopen(last, cur, commit pg.LSN) bool {
+	if cur != last || commit <= cur {
+		return false
+	}
+	if commit > cur+stallSlack {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur == s.smallCur && commit == s.smallCommit {
+		return false
+	}
+	s.smallCur, s.smallCommit = cur, commit
+	return true
 }
 
 // Close releases the connections. REQUIRES: Run has returned.

@@ -88,3 +88,31 @@ func TestLinkReleasesGatedWrites(t *testing.T) {
 		t.Fatal("AdvanceCommitLSN accepted on the bound timeline")
 	}
 }
+
+// TestStallCheck: a WAL stream that ingested nothing for a check is opened
+// again when the commit LSN is ahead: always for a gap of more than a WAL
+// page, once per gap for a smaller one (a stopped Postgres leaves only its
+// shutdown checkpoint record behind, a few dozen bytes: the check ignored
+// it, and a hung stream kept ingest short of it for good).
+func TestStallCheck(t *testing.T) {
+	var s stallCheck
+	for i, c := range []struct {
+		last, cur, commit pg.LSN
+		want              bool
+	}{
+		{100, 200, 9000, false},       // progress
+		{200, 200, 200, false},        // caught up
+		{200, 200, 100, false},        // commit behind (a restart)
+		{200, 200, 200 + 9000, true},  // more than a page behind
+		{200, 200, 200 + 9000, true},  // ... every time
+		{300, 300, 300 + 114, true},   // a small gap: once
+		{300, 300, 300 + 114, false},  // not again for the same gap
+		{300, 300, 300 + 200, true},   // the commit LSN moved: a new gap
+		{500, 500, 500 + 8192, true},  // exactly a page: small, first time
+		{500, 500, 500 + 8192, false}, // ... once
+	} {
+		if got := s.reopen(c.last, c.cur, c.commit); got != c.want {
+			t.Errorf("check %d (last %d, ingested %d, commit %d): reopen %v, want %v", i, c.last, c.cur, c.commit, got, c.want)
+		}
+	}
+}
