@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -166,13 +167,22 @@ type stream struct {
 	last replication.Progress
 }
 
-// connect opens a stream on the first safekeeper that accepts it.
+// connect opens a stream on the safekeeper that can deliver the most: of
+// those that hold the start, the one with the highest commit LSN (a stream
+// ends at its safekeeper's commit LSN, and a safekeeper that missed the end
+// of the WAL while Postgres stopped keeps missing it), the preferred order
+// breaking ties.
 func (st *stream) connect() error {
 	cs, err := st.s.order()
 	if err != nil {
 		return err
 	}
 	var errs []error
+	type cand struct {
+		c      *server.Client
+		commit pg.LSN
+	}
+	var cands []cand
 	for _, c := range cs {
 		// A safekeeper that does not hold the start is skipped (its WAL may
 		// have been removed after archiving, or it lags).
@@ -186,6 +196,11 @@ func (st *stream) connect() error {
 			errs = append(errs, fmt.Errorf("%w: %s starts at %s", replication.ErrNotHeld, c.Addr, stat.StartLSN))
 			continue
 		}
+		cands = append(cands, cand{c, stat.CommitLSN})
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].commit > cands[j].commit })
+	for _, cd := range cands {
+		c := cd.c
 		cons, err := c.Consume(st.ctx, st.consumer, st.pos)
 		if err != nil {
 			errs = append(errs, err)

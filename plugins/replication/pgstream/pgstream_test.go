@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -84,5 +85,68 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Config{Safekeepers: []string{"127.0.0.1:1"}}, zerolog.Nop()); err != nil {
 		t.Fatal(fmt.Sprint(err))
+	}
+}
+
+// TestStreamsFromTheMostAdvanced: of the safekeepers that hold the start,
+// a stream opens on the one with the highest commit LSN, not the first
+// listed. A safekeeper that missed the end of the WAL while Postgres
+// stopped keeps missing it, and a stream on it never reached the end (the
+// pageserver's ingest stayed short of the shutdown checkpoint record).
+func TestStreamsFromTheMostAdvanced(t *testing.T) {
+	const start = pg.LSN(0x3000000)
+	node := func(t *testing.T, n int) *safekeeper.Node {
+		cfg := safekeeper.DefaultConfig()
+		cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
+		sk, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := sk.Store()
+		if err := st.Init(start, 99, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Write(start, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sk.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { sk.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		for sk.CommitLSN() < start+pg.LSN(n) {
+			select {
+			case <-sk.CommitNotify():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("a lone safekeeper's commit LSN %s did not reach its flush %s", sk.CommitLSN(), start+pg.LSN(n))
+			}
+		}
+		return sk
+	}
+	behind, ahead := node(t, 8000), node(t, 8114)
+	src, err := New(Config{Safekeepers: []string{behind.Addr(), ahead.Addr()}}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := src.Stream(ctx, "test", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	end := start
+	for end < start+8114 {
+		ch, err := s.Recv()
+		if err != nil {
+			t.Fatalf("received up to %s of %s: %v", end, start+8114, err)
+		}
+		end = ch.Start + pg.LSN(len(ch.Data))
 	}
 }
