@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/sdk/pg"
@@ -89,8 +92,20 @@ var _ ImportTarget = (*timeline.Timeline)(nil)
 // how a timeline is bootstrapped from initdb (in redo mode, the base WAL
 // ingest starts from: initdb writes its pages without WAL), and what tests
 // use to compare a pageserver's basebackup with Postgres' own files.
+//
+// Up to importWorkers files load at once; the segments of one relation
+// fork load in order by one worker (a segment extends the fork to its first
+// block when the fork is shorter; run beside a later segment, that could
+// shrink what the later one wrote meanwhile).
 func ImportDataDir(ctx context.Context, tl ImportTarget, dir string, w pg.LSN) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	type relSeg struct {
+		seg  uint32
+		path string
+	}
+	var files [][2]string // data-directory path, file path
+	rels := map[pg.RelTag][]relSeg{}
+	var order []pg.RelTag
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -109,18 +124,51 @@ func ImportDataDir(ctx context.Context, tl ImportTarget, dir string, w pg.LSN) e
 			return nil
 		}
 		if tag, seg, ok := ParseRelPath(rel); ok {
-			return importRel(ctx, tl, path, tag, seg, w)
+			if _, seen := rels[tag]; !seen {
+				order = append(order, tag)
+			}
+			rels[tag] = append(rels[tag], relSeg{seg, path})
+			return nil
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if len(data) == 0 {
-			return tl.TruncateFile(ctx, rel, 0, w)
-		}
-		return tl.WriteFile(ctx, rel, 0, data, w)
+		files = append(files, [2]string{rel, path})
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(importWorkers)
+	for _, tag := range order {
+		segs := rels[tag]
+		sort.Slice(segs, func(i, j int) bool { return segs[i].seg < segs[j].seg })
+		g.Go(func() error {
+			for _, s := range segs {
+				if err := importRel(ctx, tl, s.path, tag, s.seg, w); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for _, f := range files {
+		g.Go(func() error {
+			data, err := os.ReadFile(f[1])
+			if err != nil {
+				return err
+			}
+			if len(data) == 0 {
+				return tl.TruncateFile(ctx, f[0], 0, w)
+			}
+			return tl.WriteFile(ctx, f[0], 0, data, w)
+		})
+	}
+	return g.Wait()
 }
+
+// importWorkers is how many files ImportDataDir loads at once: an import's
+// time is mostly round trips to a pageserver and reads through a FUSE
+// mount, which overlap.
+const importWorkers = 4
 
 func importRel(ctx context.Context, tl ImportTarget, path string, tag pg.RelTag, seg uint32, w pg.LSN) error {
 	f, err := os.Open(path)
