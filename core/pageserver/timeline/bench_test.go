@@ -13,9 +13,12 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-func benchTimeline(b *testing.B) *Timeline {
+func benchTimeline(b *testing.B) *Timeline { return benchTimelineAt(b, 1<<60) }
+
+// benchTimelineAt opens a benchmark timeline whose commit LSN stays at c.
+func benchTimelineAt(b *testing.B, c pg.LSN) *Timeline {
 	commit := &CommitLSN{}
-	commit.Set(1 << 60)
+	commit.Set(c)
 	o := smallOpts()
 	o.CheckpointDistance = 1 << 40
 	o.LayerTargetSize = 64 << 20
@@ -144,15 +147,7 @@ func BenchmarkCreateImageLayer(b *testing.B) {
 // pending. A write must not cost time in proportion to the versions already
 // pending (it did: 17 us per write at 20,000 pending, quadratic in all).
 func BenchmarkPutPagesCommitBehind(b *testing.B) {
-	commit := &CommitLSN{}
-	o := smallOpts()
-	o.CheckpointDistance = 1 << 40
-	o.LayerTargetSize = 64 << 20
-	tl, err := Open(context.Background(), pg.TimelineID{0xBF}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tl.Close() })
+	tl := benchTimelineAt(b, 0)
 	ctx := context.Background()
 	data := make([]byte, pg.BlockSize)
 	rel := pg.RelTag{Spc: 1663, DB: 1, Rel: 1}
