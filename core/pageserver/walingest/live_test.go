@@ -33,7 +33,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // TestFollowLive follows a running Postgres 15 through a safekeeper that
-// streams from it: the ingester runs while the workload writes, and the
+// streams from it: the ingester runs while the workload writes (across a
+// pg_switch_wal), and the
 // table's size and pages (rebuilt from WAL by the redo engine) must match
 // Postgres' own once the safekeeper has committed the WAL.
 func TestFollowLive(t *testing.T) {
@@ -84,6 +85,9 @@ func TestFollowLive(t *testing.T) {
 
 	srv.Exec("postgres", `CREATE TABLE live (id int, v text);
 		INSERT INTO live SELECT g, repeat('v', 100) FROM generate_series(1, 3000) g`)
+	// A WAL switch: the record after it starts the next segment, past
+	// what the stream has sent (the pageserver panicked there).
+	srv.QueryString("postgres", "SELECT pg_switch_wal()::text")
 	srv.Exec("postgres", "UPDATE live SET v = 'changed' WHERE id % 5 = 0")
 	srv.Exec("postgres", "CHECKPOINT")
 	end := mustLSN(t, srv.QueryString("postgres", "SELECT pg_current_wal_flush_lsn()::text"))

@@ -112,8 +112,12 @@ func (l *liveWAL) append(start pg.LSN, b []byte) error {
 	return nil
 }
 
-// trim forgets the pages before the one holding lsn.
+// trim forgets the pages before the one holding lsn, and never the page
+// holding the received end: after a WAL switch record lsn is the start of
+// the next segment, past what the stream has sent so far (it still sends
+// the rest of the switched segment), and append must go on at the end.
 func (l *liveWAL) trim(lsn pg.LSN) {
+	lsn = min(lsn, l.end())
 	p := lsn - lsn%wal.PageSize
 	if p <= l.base {
 		return
