@@ -92,13 +92,18 @@ chosen in one YAML file (--config, default configs/local.yaml).`,
 	return root
 }
 
+// exitConfig is the exit status of a configuration error (EX_CONFIG of
+// sysexits.h). Not 2: the Go runtime exits with 2 after a panic, and a
+// supervisor must restart a crash but never a bad configuration.
+const exitConfig = 78
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "strata:", err)
 		if errors.Is(err, config.ErrInvalid) {
-			os.Exit(2)
+			os.Exit(exitConfig)
 		}
 		os.Exit(1)
 	}

@@ -119,8 +119,8 @@ func TestBadConfigIsOneClearLine(t *testing.T) {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, []byte(text), 0o644)
 		_, e, code := run(t, bin, dir, nil, "--config", p, "objectstore", "ls")
-		if code != 2 {
-			t.Errorf("%s: exit %d, want 2 (%q)", name, code, e)
+		if code != exitConfig {
+			t.Errorf("%s: exit %d, want %d (%q)", name, code, exitConfig, e)
 		}
 		lines := strings.Split(strings.TrimSpace(e), "\n")
 		if len(lines) != 1 || !strings.Contains(e, name) {

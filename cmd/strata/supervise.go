@@ -20,8 +20,9 @@ const restartOnCrashFlag = "restart-on-crash"
 // superviseSelf runs this command again without --restart-on-crash as a
 // supervised child (core/supervise): restarted when it dies after it was
 // good (readyFile exists, or without one it ran 10 s), SIGTERM passed on,
-// killed when the supervisor dies. A configuration error (exit status 2)
-// is final.
+// killed when the supervisor dies. A configuration error (exit status
+// exitConfig) is final; a panic (the Go runtime's exit status 2) is a
+// crash like any other.
 func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -36,7 +37,7 @@ func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logg
 	}
 	o := supervise.Options{
 		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
-		Name: name, Final: []int{2}, Log: log,
+		Name: name, Final: []int{exitConfig}, Log: log,
 		Started: func(pid int) { log.Info().Int("pid", pid).Msg(name + " started") },
 	}
 	if readyFile != "" {
@@ -45,7 +46,7 @@ func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logg
 	}
 	err = supervise.Run(ctx, o)
 	var ee *supervise.ExitError
-	if errors.As(err, &ee) && ee.Code == 2 {
+	if errors.As(err, &ee) && ee.Code == exitConfig {
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	}
 	return err
