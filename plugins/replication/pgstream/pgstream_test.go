@@ -26,32 +26,41 @@ func deadAddr(t *testing.T) string {
 	return a
 }
 
+// startNode runs a lone safekeeper node (its own quorum) whose WAL starts
+// at start, until the test ends.
+func startNode(t *testing.T, start pg.LSN) *safekeeper.Node {
+	t.Helper()
+	cfg := safekeeper.DefaultConfig()
+	cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
+	n, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Store().Init(start, 99, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return n
+}
+
 // TestAcceptance runs the replication acceptance suite against pg-stream
 // over a real safekeeper node (its WAL written directly, as a Postgres
 // stream would), with a dead safekeeper listed first to exercise failover.
 func TestAcceptance(t *testing.T) {
 	replicationtest.Run(t, func(t *testing.T) replicationtest.Harness {
-		cfg := safekeeper.DefaultConfig()
-		cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
-		n, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
 		const start = pg.LSN(0x3000000)
-		if err := n.Store().Init(start, 99, 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Listen(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { n.Run(ctx); close(done) }()
+		n := startNode(t, start)
 		src, err := New(Config{Safekeepers: []string{deadAddr(t), n.Addr()}}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { src.Close(); cancel(); <-done })
+		t.Cleanup(func() { src.Close() })
 		return replicationtest.Harness{
 			Source: src, Start: start,
 			Commit: func(t *testing.T, b []byte) {
@@ -96,29 +105,14 @@ func TestConfigValidate(t *testing.T) {
 func TestStreamsFromTheMostAdvanced(t *testing.T) {
 	const start = pg.LSN(0x3000000)
 	node := func(t *testing.T, n int) *safekeeper.Node {
-		cfg := safekeeper.DefaultConfig()
-		cfg.DataDir, cfg.ListenAddr = t.TempDir(), "127.0.0.1:0"
-		sk, err := safekeeper.New(cfg, safekeeper.Deps{Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sk := startNode(t, start)
 		st := sk.Store()
-		if err := st.Init(start, 99, 1); err != nil {
-			t.Fatal(err)
-		}
 		if err := st.Write(start, make([]byte, n)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if err := sk.Listen(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { sk.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
 		for sk.CommitLSN() < start+pg.LSN(n) {
 			select {
 			case <-sk.CommitNotify():
