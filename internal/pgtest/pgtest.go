@@ -103,16 +103,34 @@ func Chown(path string) error {
 	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that it has not returned before in this process.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pgtest: free port: %v", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("pgtest: free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The kernel may hand out the same port again before the first
+		// caller listens on it: a test that picks the ports of three
+		// safekeepers before starting them got one port twice in CI.
+		givenMu.Lock()
+		dup := given[port]
+		given[port] = true
+		givenMu.Unlock()
+		if !dup {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	givenMu sync.Mutex
+	given   = map[int]bool{} // ports FreePort returned in this process
+)
 
 // Options shape the server that Start creates.
 type Options struct {
