@@ -88,3 +88,60 @@ func TestStreamStaleTail(t *testing.T) {
 	}
 	testpg.CompareBytes(t, srv, held, data, "the safekeeper's WAL over the old tail")
 }
+
+// TestStreamSlotWithoutRestartLSN: a replication slot that exists without
+// a restart LSN (Postgres crashed between writing the new slot's state
+// file and reserving its WAL; on strata, the compute was killed before
+// the second write reached the pageserver) is created again, and the
+// safekeeper streams, with an empty store and with a store that holds
+// WAL. Before, every connection failed with "slot has no restart LSN" and
+// the safekeeper never streamed from that Postgres again.
+func TestStreamSlotWithoutRestartLSN(t *testing.T) {
+	srv := testpg.Start(t, testpg.Options{})
+	st, err := walstore.Open(walstore.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := stream.Config{ConnString: testpg.ReplConnString(srv), AppName: "skn", Slot: "strata_skn", StatusInterval: 100 * time.Millisecond, Logger: testLogger(t)}
+	unreserved := func() {
+		srv.Exec("postgres", "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'strata_skn'")
+		srv.Exec("postgres", "SELECT pg_create_physical_replication_slot('strata_skn', false)")
+		if r := srv.QueryString("postgres", "SELECT coalesce(restart_lsn::text, 'none') FROM pg_replication_slots WHERE slot_name = 'strata_skn'"); r != "none" {
+			t.Fatalf("setup: the slot's restart LSN is %s, want none", r)
+		}
+	}
+	for _, round := range []string{"an empty store", "a store that holds WAL"} {
+		unreserved()
+		srv.Exec("postgres", "BEGIN; SET LOCAL synchronous_commit = local; CREATE TABLE IF NOT EXISTS t (x int); INSERT INTO t SELECT generate_series(1, 1000); COMMIT")
+		end := testpg.FlushLSN(t, srv)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- stream.Run(ctx, cfg, st, nil) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for st.FlushLSN() < end {
+			select {
+			case err := <-done:
+				cancel()
+				t.Fatalf("%s: the stream ended: %v", round, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("%s: the store reached %s, not %s, in 30 s", round, st.FlushLSN(), end)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: %v", round, err)
+		}
+		if r := srv.QueryString("postgres", "SELECT coalesce(restart_lsn::text, 'none') FROM pg_replication_slots WHERE slot_name = 'strata_skn'"); r == "none" {
+			t.Fatalf("%s: the slot still has no restart LSN", round)
+		}
+		data, err := st.Read(end-100, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testpg.CompareBytes(t, srv, end-100, data, round+": the safekeeper's WAL")
+	}
+}

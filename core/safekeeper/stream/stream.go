@@ -102,7 +102,7 @@ func Run(ctx context.Context, cfg Config, st *walstore.Store, obs Observer) erro
 	if id := st.Control().SystemID; id != 0 && id != sysID {
 		return fmt.Errorf("%w: Postgres has %d, the store %d", ErrSystemMismatch, sysID, id)
 	}
-	restart, err := ensureSlot(ctx, conn, cfg.Slot)
+	restart, err := ensureSlot(ctx, conn, cfg.Slot, log)
 	if err != nil {
 		return err
 	}
@@ -152,24 +152,44 @@ func Run(ctx context.Context, cfg Config, st *walstore.Store, obs Observer) erro
 
 // ensureSlot creates the physical slot (reserving WAL) unless it exists and
 // returns its restart LSN.
-func ensureSlot(ctx context.Context, conn *pgconn.PgConn, slot string) (pg.LSN, error) {
-	_, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s PHYSICAL RESERVE_WAL", slot)).ReadAll()
-	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // duplicate_object
-		return 0, fmt.Errorf("stream: create slot %s: %w", slot, err)
+//
+// A slot can exist without a restart LSN: Postgres writes a new slot's
+// state file once before it reserves WAL and once after, and a crash
+// between the two (on strata, a compute killed before its writes reached
+// the pageserver) leaves the first; a slot that max_slot_wal_keep_size
+// invalidated has none either. Such a slot holds no WAL for anybody, so it
+// is dropped and created again, which reserves WAL from Postgres' redo
+// pointer. Before, the stream failed on it at every reconnect, and the
+// safekeeper never streamed from that Postgres.
+func ensureSlot(ctx context.Context, conn *pgconn.PgConn, slot string, log zerolog.Logger) (pg.LSN, error) {
+	for attempt := 0; ; attempt++ {
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE_REPLICATION_SLOT %s PHYSICAL RESERVE_WAL", slot)).ReadAll()
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // duplicate_object
+			return 0, fmt.Errorf("stream: create slot %s: %w", slot, err)
+		}
+		res, err := conn.Exec(ctx, fmt.Sprintf("READ_REPLICATION_SLOT %s", slot)).ReadAll()
+		if err != nil {
+			return 0, fmt.Errorf("stream: read slot %s: %w", slot, err)
+		}
+		if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+			return 0, fmt.Errorf("stream: slot %s: unexpected READ_REPLICATION_SLOT reply", slot)
+		}
+		if r := res[0].Rows[0][1]; r != nil {
+			lsn, err := pg.ParseLSN(string(r))
+			if err != nil {
+				return 0, fmt.Errorf("stream: slot %s: %w", slot, err)
+			}
+			return lsn, nil
+		}
+		if attempt > 0 {
+			return 0, fmt.Errorf("stream: slot %s has no restart LSN, even created again", slot)
+		}
+		log.Warn().Str("slot", slot).Msg("safekeeper: replication slot without a restart LSN (a crash while Postgres created it, or invalidated); dropping and creating it again")
+		if _, err := conn.Exec(ctx, fmt.Sprintf("DROP_REPLICATION_SLOT %s", slot)).ReadAll(); err != nil {
+			return 0, fmt.Errorf("stream: drop slot %s, which has no restart LSN: %w", slot, err)
+		}
 	}
-	res, err := conn.Exec(ctx, fmt.Sprintf("READ_REPLICATION_SLOT %s", slot)).ReadAll()
-	if err != nil {
-		return 0, fmt.Errorf("stream: read slot %s: %w", slot, err)
-	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 || res[0].Rows[0][1] == nil {
-		return 0, fmt.Errorf("stream: slot %s has no restart LSN", slot)
-	}
-	lsn, err := pg.ParseLSN(string(res[0].Rows[0][1]))
-	if err != nil {
-		return 0, fmt.Errorf("stream: slot %s: %w", slot, err)
-	}
-	return lsn, nil
 }
 
 type session struct {
