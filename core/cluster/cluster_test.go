@@ -449,8 +449,49 @@ func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(short, "INSERT INTO t VALUES (1)"); err != nil {
-		t.Fatalf("a commit with sk2 and the returned sk3: %v; compute log:\n%s", err, tail(sup.Log, 4096))
+		t.Fatalf("a commit with sk2 and the returned sk3: %v\n%s\ncompute log:\n%s", err, diagnose(ctx, c, url), tail(sup.Log, 4096))
 	}
+}
+
+// diagnose says what a commit that does not return may wait for: the
+// cluster's status (each process, its LSNs), Postgres' view of each
+// walsender and what its busy backends wait on.
+func diagnose(ctx context.Context, c *Cluster, url string) string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if s, err := c.Status(ctx); err != nil {
+		fmt.Fprintf(&b, "status: %v\n", err)
+	} else {
+		s.Print(&b)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		fmt.Fprintf(&b, "postgres: %v\n", err)
+		return b.String()
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []string{
+		`SELECT application_name || ' pid ' || pid || ' ' || state || ' ' || sync_state || ' priority ' || sync_priority ||
+			' flush ' || coalesce(flush_lsn::text, '-') FROM pg_stat_replication`,
+		`SELECT 'backend ' || pid || ' ' || backend_type || ' ' || coalesce(wait_event_type, '-') || '/' || coalesce(wait_event, '-') ||
+			' ' || coalesce(left(query, 60), '') FROM pg_stat_activity WHERE state IS DISTINCT FROM 'idle' AND pid <> pg_backend_pid()`,
+		`SELECT 'current ' || pg_current_wal_lsn() || ' names ' || current_setting('synchronous_standby_names')`,
+	} {
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
+			fmt.Fprintf(&b, "%v\n", err)
+			continue
+		}
+		for rows.Next() {
+			var line string
+			if rows.Scan(&line) == nil {
+				b.WriteString(line + "\n")
+			}
+		}
+		rows.Close()
+	}
+	return b.String()
 }
 
 // upWithTable starts the cluster and creates table t; it returns the

@@ -1015,7 +1015,10 @@ func (a *Agent) ensureReplUser(ctx context.Context) error {
 	return err
 }
 
-// waitStreaming waits until a quorum of safekeepers streams from Postgres.
+// waitStreaming waits until a quorum of safekeepers streams from Postgres
+// and counts for synchronous commit. A walsender that Postgres does not
+// count does not do: a safekeeper that missed this start's election may
+// stream as a follower of the previous term until it joins this one.
 func (a *Agent) waitStreaming(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, a.socketConn())
 	if err != nil {
@@ -1027,7 +1030,7 @@ func (a *Agent) waitStreaming(ctx context.Context) error {
 	a.mu.Unlock()
 	for {
 		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n)
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')").Scan(&n)
 		if err == nil && n >= a.cfg.Quorum {
 			return nil
 		}
