@@ -127,6 +127,10 @@ func TestBadConfigIsOneClearLine(t *testing.T) {
 			t.Errorf("%s: want one line naming the file, got %q", name, e)
 		}
 	}
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, e, code := run(t, bin, dir, nil, "--config", missing, "objectstore", "ls"); code != exitConfig || !strings.Contains(e, "missing.yaml") {
+		t.Errorf("a missing config file: exit %d, want %d (%q)", code, exitConfig, e)
+	}
 }
 
 // TestStatusOfStoppedCluster: `strata status` on a cluster that is not
@@ -137,8 +141,13 @@ func TestStatusOfStoppedCluster(t *testing.T) {
 	cfg := filepath.Join(dir, "c.yaml")
 	state, objs := filepath.Join(dir, "state"), filepath.Join(dir, "objs")
 	os.WriteFile(cfg, []byte("cluster:\n  data_dir: "+state+"\nobjectstore:\n  type: fs\n  fs:\n    root: "+objs+"\n"), 0o644)
-	if out, e, code := run(t, bin, dir, nil, "--config", cfg, "status"); code != 1 || out != "" || !strings.Contains(e, "not running") {
-		t.Fatalf("status of a cluster never started: exit %d, stdout %q, stderr %q; want 1, nothing, not running", code, out, e)
+	if out, e, code := run(t, bin, dir, nil, "--config", cfg, "status"); code != 1 || out != "" || !strings.Contains(e, "not running") || !strings.Contains(e, state) {
+		t.Fatalf("status of a cluster never started: exit %d, stdout %q, stderr %q; want 1, nothing, not running, the folder it looked in", code, out, e)
+	}
+	// down says where it looked, too: a relative data_dir names a folder
+	// under the working directory.
+	if out, e, code := run(t, bin, dir, nil, "--config", cfg, "down"); code != 0 || !strings.Contains(out+e, "not running") || !strings.Contains(out+e, state) {
+		t.Fatalf("down of a cluster never started: exit %d, output %q; want 0, not running, the folder it looked in", code, out+e)
 	}
 	os.MkdirAll(filepath.Join(state, "pageserver", "timelines"), 0o755)
 	os.WriteFile(filepath.Join(state, "pageserver", "timelines", "layer"), make([]byte, 3<<20), 0o644)

@@ -80,11 +80,21 @@ func (c *Cluster) postgres() *postgres.Server {
 	}
 }
 
+// absDataDir is the cluster's folder as an absolute path, for messages.
+func (c *Cluster) absDataDir() string {
+	if abs, err := filepath.Abs(c.dataDir); err == nil {
+		return abs
+	}
+	return c.dataDir
+}
+
 // readState returns the recorded state, or ErrNotRunning.
 func (c *Cluster) readState() (*State, error) {
 	b, err := os.ReadFile(c.statePath())
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, ErrNotRunning
+		// Name the folder: cluster.data_dir is relative to the working
+		// directory, and a command run from another one looks elsewhere.
+		return nil, fmt.Errorf("%w; no cluster state in %s", ErrNotRunning, c.absDataDir())
 	}
 	if err != nil {
 		return nil, err
@@ -600,7 +610,7 @@ const (
 func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	st, err := c.readState()
 	if errors.Is(err, ErrNotRunning) {
-		progress("not running")
+		progress("not running; no cluster state in " + c.absDataDir())
 		return nil
 	} else if err != nil {
 		return err

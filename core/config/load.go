@@ -45,7 +45,9 @@ func decodeFile(path string, env []string, out any) error {
 		where = path
 		f, err := os.Open(path)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
+			// Invalid too: a supervisor must not restart a process whose
+			// config file is missing or unreadable.
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		defer f.Close()
 		if err := v.ReadConfig(f); err != nil {
