@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -16,24 +15,15 @@ import (
 
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/internal/smallfs"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startPS starts `strata pageserver` and waits until it answers.
 func startPS(t *testing.T, bin, dir string, args ...string) (*exec.Cmd, *client.Client) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := pgtest.FreeAddr(t)
 	cmd := exec.Command(bin, append([]string{"pageserver", "--no-object-store", "--metrics-addr", "", "--listen", addr}, args...)...)
 	cmd.Dir = dir
 	var stderr bytes.Buffer
@@ -128,7 +118,7 @@ func TestPageserverCommandKill9(t *testing.T) {
 func TestPageserverDiskFreeMetric(t *testing.T) {
 	bin := buildStrata(t)
 	data := smallfs.Mount(t, 32<<20)
-	maddr := freeAddr(t)
+	maddr := pgtest.FreeAddr(t)
 	startPS(t, bin, t.TempDir(), "--data-dir", data, "--metrics-addr", maddr)
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {

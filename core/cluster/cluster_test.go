@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -253,7 +254,7 @@ func TestUpDownUpKeepsData(t *testing.T) {
 			t.Errorf("%s (pid %d) still running after down", p.Name, p.PID)
 		}
 	}
-	if _, err := c.Status(ctx); err != ErrNotRunning {
+	if _, err := c.Status(ctx); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("status after down: %v", err)
 	}
 	url, err = c.Up(ctx, func(string) {})

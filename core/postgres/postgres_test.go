@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,16 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
-)
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+	"github.com/stratadb/strata/internal/pgtest"
+)
 
 func newServer(t *testing.T) *Server {
 	t.Helper()
@@ -32,7 +24,7 @@ func newServer(t *testing.T) *Server {
 		t.Fatal(err)
 	}
 	os.Chmod(root, 0o755)
-	s := &Server{DataDir: filepath.Join(root, "pgdata"), Port: freePort(t), Log: zerolog.Nop()}
+	s := &Server{DataDir: filepath.Join(root, "pgdata"), Port: pgtest.FreePort(t), Log: zerolog.Nop()}
 	t.Cleanup(func() {
 		s.Stop(context.Background())
 		os.RemoveAll(root)

@@ -103,33 +103,71 @@ func Chown(path string) error {
 	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that it has not returned before in this process.
+// FreePort returns a TCP port on 127.0.0.1 that was free when picked and
+// that no earlier call in this process returned.
+//
+// The ports lie below the kernel's ephemeral range. A port from that range
+// can become the local port of an outgoing connection between the pick
+// and the server's listen, or while a server is down between two starts
+// ("address already in use", seen in CI). And the kernel may hand out one
+// ephemeral port twice to a test that picks several before any listens.
+// Each process starts its walk at its own offset, so two test binaries
+// running at once rarely meet.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("pgtest: free port: %v", err)
+	givenMu.Lock()
+	defer givenMu.Unlock()
+	limit := ephemeralStart()
+	if nextPort == 0 {
+		nextPort = portFloor + os.Getpid()%1500*7
+	}
+	for tries := 0; tries < limit-portFloor; tries++ {
+		if nextPort >= limit {
+			nextPort = portFloor
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port := nextPort
+		nextPort++
+		if given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
 		l.Close()
-		// The kernel may hand out the same port again before the first
-		// caller listens on it: a test that picks the ports of three
-		// safekeepers before starting them got one port twice in CI.
-		givenMu.Lock()
-		dup := given[port]
 		given[port] = true
-		givenMu.Unlock()
-		if !dup {
-			return port
+		return port
+	}
+	t.Fatalf("pgtest: no free port between %d and %d", portFloor, limit)
+	return 0
+}
+
+// FreeAddr is FreePort as a host:port address.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// portFloor is the lowest port FreePort returns.
+const portFloor = 20000
+
+// ephemeralStart is the first port of the kernel's ephemeral range.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > portFloor+2000 {
+				return n
+			}
 		}
 	}
+	return 32768
 }
 
 var (
-	givenMu sync.Mutex
-	given   = map[int]bool{} // ports FreePort returned in this process
+	givenMu  sync.Mutex
+	given    = map[int]bool{} // ports FreePort returned in this process
+	nextPort int
 )
 
 // Options shape the server that Start creates.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,16 +40,6 @@ type rig struct {
 	// restartPS stops the pageserver and starts it again on the same data
 	// and address: a new incarnation.
 	restartPS func()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func skipUnlessRig(t *testing.T) {
@@ -99,7 +88,7 @@ func startRig(t *testing.T) *rig {
 	}
 
 	for i := 0; i < 3; i++ {
-		r.skAddrs = append(r.skAddrs, freeAddr(t))
+		r.skAddrs = append(r.skAddrs, pgtest.FreeAddr(t))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

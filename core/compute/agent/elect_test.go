@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/internal/pgtest"
 )
 
 // TestElectWaitsForLateSafekeeper: a safekeeper that answers shortly after
@@ -30,7 +31,7 @@ func TestElectWaitsForLateSafekeeper(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+			addrs := []string{pgtest.FreeAddr(t), pgtest.FreeAddr(t), pgtest.FreeAddr(t)}
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			t.Cleanup(func() { cancel(); wg.Wait() })
