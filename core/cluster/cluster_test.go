@@ -454,6 +454,67 @@ func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
 	}
 }
 
+// TestElectedSafekeeperDownBeforeStreaming: the compute restarts while
+// sk3 is down and elects sk1 and sk2; sk2 dies before it streams, and sk3
+// comes back. The agent brings sk3 into the term while it waits for a
+// quorum to stream, so Postgres runs and commits on sk1 and sk3. Before,
+// the agent brought late safekeepers in only once Postgres ran, and it
+// waited for a quorum that could not come.
+func TestElectedSafekeeperDownBeforeStreaming(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url, st := upWithTable(t, ctx, c)
+	idx := map[string]int{}
+	var sup Proc
+	for i, p := range st.Procs {
+		idx[p.Name] = i
+		if p.Name == "compute" {
+			sup = p
+		}
+	}
+	syscall.Kill(st.Procs[idx["safekeeper sk3"]].PID, syscall.SIGKILL)
+	agents := childPIDs(sup.PID)
+	if len(agents) != 1 {
+		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
+	}
+	syscall.Kill(agents[0], syscall.SIGKILL)
+	// sk2 goes down as soon as the new agent has elected sk1 and sk2.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(sup.Log)
+		if strings.Contains(string(b), `"term":2,"durable_end"`) && strings.Contains(string(b), `"safekeepers":["sk1","sk2"]`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no election of sk1 and sk2 in term 2 within 2 minutes; compute log:\n%s", tail(sup.Log, 4096))
+		}
+	}
+	syscall.Kill(st.Procs[idx["safekeeper sk2"]].PID, syscall.SIGKILL)
+	restartSafekeeper(t, c, st, "sk3")
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelShort()
+	for {
+		err := func() error {
+			qctx, qcancel := context.WithTimeout(short, 20*time.Second)
+			defer qcancel()
+			conn, err := pgx.Connect(qctx, url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.Background())
+			_, err = conn.Exec(qctx, "INSERT INTO t VALUES (2)")
+			return err
+		}()
+		if err == nil {
+			break
+		}
+		if short.Err() != nil {
+			t.Fatalf("a commit with sk1 and the returned sk3: %v\n%s\ncompute log:\n%s", err, diagnose(ctx, c, url), tail(sup.Log, 4096))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // diagnose says what a commit that does not return may wait for: the
 // cluster's status (each process, its LSNs), Postgres' view of each
 // walsender and what its busy backends wait on.

@@ -649,7 +649,15 @@ func (a *Agent) start(ctx context.Context) error {
 	// their replication slots, and Postgres fsyncs a slot's state file
 	// before the walsender streams anything.
 	a.setState("waiting for the safekeepers")
-	if err := a.waitStreaming(ctx); err != nil {
+	// A safekeeper that missed the election may be needed for the quorum
+	// already (an elected one went down since): bring it in meanwhile.
+	jctx, jcancel := context.WithCancel(ctx)
+	joined := make(chan struct{})
+	go func() { defer close(joined); a.joinLate(jctx) }()
+	err = a.waitStreaming(ctx)
+	jcancel()
+	<-joined
+	if err != nil {
 		return err
 	}
 	f.SetSyncDurable(true)
