@@ -389,22 +389,7 @@ func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	url, st := upWithTable(t, ctx, c)
-	idx := map[string]int{}
-	var sup Proc
-	for i, p := range st.Procs {
-		idx[p.Name] = i
-		if p.Name == "compute" {
-			sup = p
-		}
-	}
-	// sk3 goes down, then the compute restarts (kill -9 of the agent; the
-	// supervisor starts it again) and elects without it.
-	syscall.Kill(st.Procs[idx["safekeeper sk3"]].PID, syscall.SIGKILL)
-	agents := childPIDs(sup.PID)
-	if len(agents) != 1 {
-		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
-	}
-	syscall.Kill(agents[0], syscall.SIGKILL)
+	idx, sup, agent := restartWithoutSK3(t, st)
 	query := func(sql string) string {
 		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer qcancel()
@@ -433,7 +418,7 @@ func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
 	// The new agent's Postgres: its settings name sk1 and sk2 only.
 	names := waitFor("Postgres back after the agent's restart", "SHOW synchronous_standby_names",
 		func(v string) bool {
-			return v != "" && childPIDs(sup.PID) != nil && !slices.Contains(childPIDs(sup.PID), agents[0])
+			return v != "" && childPIDs(sup.PID) != nil && !slices.Contains(childPIDs(sup.PID), agent)
 		})
 	if strings.Contains(names, "sk3") || !strings.Contains(names, "sk1") {
 		t.Fatalf("synchronous_standby_names after a start without sk3: %q", names)
@@ -465,20 +450,7 @@ func TestElectedSafekeeperDownBeforeStreaming(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	url, st := upWithTable(t, ctx, c)
-	idx := map[string]int{}
-	var sup Proc
-	for i, p := range st.Procs {
-		idx[p.Name] = i
-		if p.Name == "compute" {
-			sup = p
-		}
-	}
-	syscall.Kill(st.Procs[idx["safekeeper sk3"]].PID, syscall.SIGKILL)
-	agents := childPIDs(sup.PID)
-	if len(agents) != 1 {
-		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
-	}
-	syscall.Kill(agents[0], syscall.SIGKILL)
+	idx, sup, _ := restartWithoutSK3(t, st)
 	// sk2 goes down as soon as the new agent has elected sk1 and sk2.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		b, _ := os.ReadFile(sup.Log)
@@ -554,6 +526,29 @@ func diagnose(ctx context.Context, c *Cluster, url string) string {
 		rows.Close()
 	}
 	return b.String()
+}
+
+// restartWithoutSK3 kills sk3, then the compute agent (kill -9; its
+// supervisor starts it again, and the new agent elects without sk3). It
+// returns the index of each process in st.Procs by name, the compute's
+// supervisor and the PID of the agent it killed.
+func restartWithoutSK3(t *testing.T, st *State) (map[string]int, Proc, int) {
+	t.Helper()
+	idx := map[string]int{}
+	var sup Proc
+	for i, p := range st.Procs {
+		idx[p.Name] = i
+		if p.Name == "compute" {
+			sup = p
+		}
+	}
+	syscall.Kill(st.Procs[idx["safekeeper sk3"]].PID, syscall.SIGKILL)
+	agents := childPIDs(sup.PID)
+	if len(agents) != 1 {
+		t.Fatalf("supervisor %d has children %v, want one agent", sup.PID, agents)
+	}
+	syscall.Kill(agents[0], syscall.SIGKILL)
+	return idx, sup, agents[0]
 }
 
 // upWithTable starts the cluster and creates table t; it returns the
