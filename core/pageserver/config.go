@@ -61,6 +61,10 @@ type Config struct {
 	MaxLocalBytes int64 `mapstructure:"max_local_bytes"`
 	// UploadParallelism bounds concurrent layer uploads.
 	UploadParallelism int `mapstructure:"upload_parallelism"`
+	// BackgroundInterval is the period of each timeline's flush, commit, GC
+	// and eviction loop; 0 takes the timeline default (a second). Not a YAML
+	// key: tests set it to tell what releases a write apart from the tick.
+	BackgroundInterval time.Duration `mapstructure:"-"`
 }
 
 // DefaultConfig returns the defaults.
@@ -133,6 +137,7 @@ func (c Config) Options() timeline.Options {
 		WaitLSNTimeout:        c.WaitLSNTimeout,
 		CacheBytes:            c.CacheBytes,
 		MaxLocalBytes:         c.MaxLocalBytes,
+		BackgroundInterval:    c.BackgroundInterval,
 	}
 }
 
