@@ -30,7 +30,20 @@ func TestStorageRetention(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	url, _ := upWithTable(t, ctx, c)
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The compute line's durable LSN is the pageserver's at the time of
+	// the status (the agent asks for it), not the last one the compute's
+	// own page writes and fsyncs brought back: initdb's writes, sent
+	// without a durability wait, became durable after the compute last
+	// heard.
+	if st, err := c.Status(ctx); err != nil {
+		t.Fatal(err)
+	} else if st.Compute == nil || st.Compute.Durable < st.PageserverDurable {
+		t.Fatalf("the compute line's durable LSN is behind the pageserver's %s, read before it: compute %+v", st.PageserverDurable, st.Compute)
+	}
 	// About 100 MB of table pages: more than one in-memory layer.
 	exec1(t, ctx, url, "CREATE TABLE filler (id int, pad text)")
 	for i := 0; i < 5; i++ {

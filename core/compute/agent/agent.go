@@ -356,7 +356,26 @@ func (a *Agent) currentFS() *fusefs.FS {
 	return a.fs
 }
 
-// Report returns the agent's state and wait accounting.
+// FreshReport is Report with the pageserver's durable LSN asked for now
+// (at most a second), for the readers that show it: `strata status`,
+// `strata compute waits` and the periodic waits log line. When the
+// pageserver does not answer, Durable is the last one seen.
+func (a *Agent) FreshReport(ctx context.Context) Report {
+	a.mu.Lock()
+	be := a.be
+	a.mu.Unlock()
+	if be != nil {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		if _, err := be.RefreshDurable(ctx); err != nil && ctx.Err() == nil {
+			a.log.Debug().Err(err).Msg("refresh the durable LSN for a report")
+		}
+		cancel()
+	}
+	return a.Report()
+}
+
+// Report returns the agent's state and wait accounting; Durable is the
+// last durable LSN the compute saw (FreshReport asks for it).
 func (a *Agent) Report() Report {
 	a.mu.Lock()
 	r := Report{State: a.state, Term: a.term, DurableEnd: a.e, Restarts: a.restarts,
@@ -1220,7 +1239,7 @@ func (a *Agent) logWaits(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		r := a.Report()
+		r := a.FreshReport(ctx)
 		if r.State != "running" {
 			continue
 		}

@@ -51,7 +51,7 @@ type Report struct {
 	Term        uint64     `json:"term"`
 	DurableEnd  pg.LSN     `json:"durable_end"` // E of the last election
 	W           pg.LSN     `json:"w"`           // WAL position written
-	Durable     pg.LSN     `json:"durable"`     // pageserver durable LSN seen
+	Durable     pg.LSN     `json:"durable"`     // pageserver durable LSN (FreshReport: asked for now)
 	Restarts    int        `json:"restarts"`
 	ColdStart   string     `json:"cold_start"` // storage to accepting connections, last start
 	Strategy    string     `json:"strategy"`
@@ -149,9 +149,9 @@ func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	metrics.HandleProfiler(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/waits", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/waits", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(a.Report())
+		_ = json.NewEncoder(w).Encode(a.FreshReport(r.Context()))
 	})
 	return mux
 }

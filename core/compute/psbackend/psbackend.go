@@ -1059,6 +1059,14 @@ func (b *Backend) durableLSN(ctx context.Context) (pg.LSN, error) {
 	return a.Durable, nil
 }
 
+// RefreshDurable asks the pageserver for its durable LSN now and returns
+// the highest one seen. Durable alone moves only with writes and syncs, so
+// on an idle compute it lags the pageserver by whatever committed since.
+func (b *Backend) RefreshDurable(ctx context.Context) (pg.LSN, error) {
+	_, err := b.durableLSN(ctx)
+	return b.Durable(), err
+}
+
 // Durable returns the highest durable LSN this Backend has seen.
 func (b *Backend) Durable() pg.LSN {
 	b.mu.Lock()
