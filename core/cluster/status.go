@@ -117,7 +117,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		p.State, p.SyncState = state, sync
 		p.WriteLSN, _ = pg.ParseLSN(w)
 		p.FlushLSN, _ = pg.ParseLSN(f)
-		p.FlushLagBytes = int64(s.CurrentLSN) - int64(p.FlushLSN)
+		p.FlushLagBytes = lagBytes(s.CurrentLSN, p.FlushLSN)
 	}
 	return s, nil
 }
@@ -181,16 +181,25 @@ func (s *Status) Print(w io.Writer) {
 			fmt.Fprintf(w, "safekeeper %s  unreachable: %s\n", k.Name, k.Err)
 			continue
 		}
-		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  commit %s  commit_lag %d B\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN, max(0, int64(s.CurrentLSN)-int64(k.CommitLSN)))
+		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  commit %s  commit_lag %d B\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN, lagBytes(s.CurrentLSN, k.CommitLSN))
 	}
 	s.printDisk(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROCESS\tPID\tALIVE\tSTATE\tSYNC\tWRITE_LSN\tFLUSH_LSN\tFLUSH_LAG")
 	for _, p := range s.Procs {
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%s\t%s\t%s\t%s\t%d B\n", p.Name, p.PID, p.Alive, dash(p.State), dash(p.SyncState), p.WriteLSN, p.FlushLSN, p.FlushLagBytes)
+		wl, fl, lag := "-", "-", "-"
+		if p.State != "" { // a walsender streams to it
+			wl, fl, lag = p.WriteLSN.String(), p.FlushLSN.String(), fmt.Sprintf("%d B", p.FlushLagBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.PID, p.Alive, dash(p.State), dash(p.SyncState), wl, fl, lag)
 	}
 	tw.Flush()
 }
+
+// lagBytes is how far at is behind cur, never below zero: cur is read
+// apart from at, and under load a safekeeper has flushed past the position
+// read a moment before, which is no lag at all.
+func lagBytes(cur, at pg.LSN) int64 { return max(0, int64(cur)-int64(at)) }
 
 func dash(s string) string {
 	if s == "" {

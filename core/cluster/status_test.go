@@ -1,0 +1,35 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestStatusPrintProcesses: the process table shows LSNs and a lag only
+// for the processes Postgres streams to, and a lag is never negative.
+func TestStatusPrintProcesses(t *testing.T) {
+	s := &Status{CurrentLSN: 1000, Procs: []ProcStatus{
+		{Name: "safekeeper sk1", PID: 10, Alive: true, State: "streaming", SyncState: "quorum", WriteLSN: 1200, FlushLSN: 1100, FlushLagBytes: lagBytes(1000, 1100)},
+		{Name: "safekeeper sk2", PID: 11, Alive: true, State: "streaming", SyncState: "quorum", WriteLSN: 900, FlushLSN: 800, FlushLagBytes: lagBytes(1000, 800)},
+		{Name: "pageserver", PID: 12, Alive: true},
+	}}
+	var b strings.Builder
+	s.Print(&b)
+	rows := map[string]string{}
+	for _, l := range strings.Split(b.String(), "\n") {
+		for _, p := range s.Procs {
+			if strings.HasPrefix(l, p.Name+" ") {
+				rows[p.Name] = strings.Join(strings.Fields(l), " ")
+			}
+		}
+	}
+	for name, want := range map[string]string{
+		"safekeeper sk1": "safekeeper sk1 10 true streaming quorum 0/4B0 0/44C 0 B",
+		"safekeeper sk2": "safekeeper sk2 11 true streaming quorum 0/384 0/320 200 B",
+		"pageserver":     "pageserver 12 true - - - - -",
+	} {
+		if rows[name] != want {
+			t.Errorf("row %q, want %q; the table:\n%s", rows[name], want, b.String())
+		}
+	}
+}
