@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -90,6 +91,9 @@ func newStatusCmd(a *app) *cobra.Command {
 				return err
 			}
 			st.Print(os.Stdout)
+			if dead := st.NotRunning(); len(dead) > 0 {
+				return fmt.Errorf("not running: %s; strata up starts the cluster again", strings.Join(dead, ", "))
+			}
 			return nil
 		},
 	}

@@ -196,6 +196,18 @@ func (s *Status) Print(w io.Writer) {
 	tw.Flush()
 }
 
+// NotRunning names the processes of the cluster that are not alive (none:
+// all run), each with the PID it had.
+func (s *Status) NotRunning() []string {
+	var dead []string
+	for _, p := range s.Procs {
+		if !p.Alive {
+			dead = append(dead, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
+		}
+	}
+	return dead
+}
+
 // lagBytes is how far at is behind cur, never below zero: cur is read
 // apart from at, and under load a safekeeper has flushed past the position
 // read a moment before, which is no lag at all.

@@ -33,3 +33,19 @@ func TestStatusPrintProcesses(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNotRunning names the dead processes with their PIDs.
+func TestStatusNotRunning(t *testing.T) {
+	s := &Status{Procs: []ProcStatus{
+		{Name: "safekeeper sk1", PID: 10, Alive: true},
+		{Name: "safekeeper sk2", PID: 11},
+		{Name: "compute", PID: 13},
+	}}
+	if got, want := strings.Join(s.NotRunning(), ", "), "safekeeper sk2 (pid 11), compute (pid 13)"; got != want {
+		t.Fatalf("NotRunning %q, want %q", got, want)
+	}
+	s.Procs[1].Alive, s.Procs[2].Alive = true, true
+	if got := s.NotRunning(); len(got) != 0 {
+		t.Fatalf("NotRunning %q with every process alive", got)
+	}
+}
