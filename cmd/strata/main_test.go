@@ -162,6 +162,18 @@ func TestStatusOfStoppedCluster(t *testing.T) {
 			t.Errorf("status of a stopped cluster does not show %q:\n%s", want, out)
 		}
 	}
+	// A cluster whose processes were killed (its state still says it
+	// runs): status shows the table and names the dead ones.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(gone.Process.Pid)
+	os.WriteFile(filepath.Join(state, "cluster.json"), []byte(`{"data_dir":"`+state+`","procs":[{"name":"safekeeper sk1","pid":`+pid+`},{"name":"pageserver","pid":`+pid+`}]}`), 0o644)
+	out, e, code = run(t, bin, dir, nil, "--config", cfg, "status")
+	if want := "not running: safekeeper sk1 (pid " + pid + "), pageserver (pid " + pid + ")"; code != 1 || !strings.Contains(e, want) || !strings.Contains(out, "PROCESS") {
+		t.Fatalf("status of a killed cluster: exit %d, stdout %q, stderr %q; want 1, the process table, %q", code, out, e, want)
+	}
 }
 
 // TestComputeWaitsFindsTheClusterAgent: without --addr, `strata compute
