@@ -76,7 +76,13 @@ func newStatusCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show each process of the cluster, its LSNs and lags, and the disk it takes",
-		Args:  cobra.NoArgs,
+		Long: `Show each process of the cluster, its LSNs and lags, and the disk it takes.
+
+Exits 0 when every process of the cluster runs. Exits 1 when the cluster is
+not running (it still shows the disk its state takes) or when a process of
+it has died (it names each, with the PID it had; strata up starts the
+cluster again).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.cluster()
 			if err != nil {
