@@ -94,20 +94,23 @@ func TestIngestPostgresWAL(t *testing.T) {
 			res <- err
 		}()
 		waitFor(t, 20*time.Second, "ingest of the streamed WAL", func() bool { return tl.LSNs().LastRecord >= walEnd })
-		cancel()
-		if err := <-res; !errors.Is(err, context.Canceled) {
-			t.Fatalf("RunStream after cancel: %v", err)
-		}
 		last := tl.LSNs().LastRecord
-		w.check(t, tl, fb, last)
-		// Feedback travels to the safekeeper asynchronously.
-		deadline := time.Now().Add(10 * time.Second)
+		// Feedback travels to the safekeeper asynchronously, after the
+		// batch is ingested, and only while the stream is open: wait for
+		// it before the cancel (under load the cancel closed the stream
+		// before the last batch's feedback went out).
+		deadline := time.Now().Add(20 * time.Second)
 		for p := prog("pageserver"); p.Received != last; p = prog("pageserver") {
 			if time.Now().After(deadline) {
 				t.Fatalf("safekeeper saw progress %+v, want received %s", p, last)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunStream after cancel: %v", err)
+		}
+		w.check(t, tl, fb, last)
 	})
 	t.Run("chunked", func(t *testing.T) {
 		// The WAL arrives in small pieces that split pages and records.
