@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/pageserver/client"
@@ -132,7 +135,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			ss.Err = err.Error()
 		} else {
 			if r, err := cl.Status(qctx); err != nil {
-				ss.Err = err.Error()
+				ss.Err = rpcReason(err)
 			} else {
 				ss.Term, ss.FlushLSN, ss.CommitLSN = r.Term, r.FlushLSN, r.CommitLSN
 			}
@@ -206,6 +209,21 @@ func (s *Status) NotRunning() []string {
 		}
 	}
 	return dead
+}
+
+// rpcReason shortens the error of a call to a process that is not there:
+// gRPC wraps the dial error in three layers of descriptions, and the last
+// one ("dial tcp 127.0.0.1:7677: connect: connection refused") says it all.
+func rpcReason(err error) string {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return err.Error()
+	}
+	msg := st.Message()
+	if i := strings.LastIndex(msg, "dial tcp "); i >= 0 {
+		return strings.TrimRight(msg[i:], `"`)
+	}
+	return msg
 }
 
 // lagBytes is how far at is behind cur, never below zero: cur is read

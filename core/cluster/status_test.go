@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestStatusPrintProcesses: the process table shows LSNs and a lag only
@@ -47,5 +51,23 @@ func TestStatusNotRunning(t *testing.T) {
 	s.Procs[1].Alive, s.Procs[2].Alive = true, true
 	if got := s.NotRunning(); len(got) != 0 {
 		t.Fatalf("NotRunning %q with every process alive", got)
+	}
+}
+
+// TestRPCReason: an unreachable process is reported by its dial error
+// alone; other errors whole.
+func TestRPCReason(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:7677: connect: connection refused"`), "dial tcp 127.0.0.1:7677: connect: connection refused"},
+		{status.Error(codes.Unavailable, "the server is shutting down"), "the server is shutting down"},
+		{status.Error(codes.DeadlineExceeded, "context deadline exceeded"), "rpc error: code = DeadlineExceeded desc = context deadline exceeded"},
+		{errors.New("plain"), "plain"},
+	} {
+		if got := rpcReason(c.err); got != c.want {
+			t.Errorf("rpcReason(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }
