@@ -115,10 +115,14 @@ func TestLoadRunVerify(t *testing.T) {
 	// while the virtual users run, so at each edge the users' transactions
 	// in flight and those that commit while the snapshot query runs can
 	// fall on the other side (a CI run saw the database 4 ahead with 3
-	// users). Three per user covers both edges; a counting error would be
-	// off by far more in 1,500 new orders.
-	if d := res.Count["new_order"] - res.Rollbacks - res.NewOrders; d < -3*vus || d > 3*vus {
-		t.Errorf("driver counted %d committed new orders, database %d", res.Count["new_order"]-res.Rollbacks, res.NewOrders)
+	// users). How many depends on how long the snapshot queries take: on
+	// a machine loaded far beyond CI (go test -p 4 on two cores) the
+	// database was 10 ahead of 759. The bound is three per user or 3% of
+	// the window's new orders, whichever is more; a counting error (a
+	// transaction counted twice or never) would be off by far more.
+	tol := max(3*vus, res.NewOrders*3/100)
+	if d := res.Count["new_order"] - res.Rollbacks - res.NewOrders; d < -tol || d > tol {
+		t.Errorf("driver counted %d committed new orders, database %d (tolerance %d)", res.Count["new_order"]-res.Rollbacks, res.NewOrders, tol)
 	}
 	if p := res.Latency["new_order"].ValueAtQuantile(95); p <= 0 {
 		t.Errorf("p95 = %d", p)
