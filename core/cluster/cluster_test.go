@@ -466,17 +466,7 @@ func TestElectedSafekeeperDownBeforeStreaming(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelShort()
 	for {
-		err := func() error {
-			qctx, qcancel := context.WithTimeout(short, 20*time.Second)
-			defer qcancel()
-			conn, err := pgx.Connect(qctx, url)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.Background())
-			_, err = conn.Exec(qctx, "INSERT INTO t VALUES (2)")
-			return err
-		}()
+		err := execWithin(short, url, 20*time.Second, "INSERT INTO t VALUES (2)")
 		if err == nil {
 			break
 		}
@@ -606,6 +596,20 @@ func killCompute(st *State) {
 			syscall.Kill(p.PID, syscall.SIGKILL)
 		}
 	}
+}
+
+// execWithin runs one statement on a new connection, connect included
+// within d.
+func execWithin(ctx context.Context, url string, d time.Duration, sql string, args ...any) error {
+	qctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	conn, err := pgx.Connect(qctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(qctx, sql, args...)
+	return err
 }
 
 func exec1(t *testing.T, ctx context.Context, url, sql string) {

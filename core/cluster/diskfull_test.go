@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/stratadb/strata/internal/smallfs"
 )
 
@@ -84,13 +82,5 @@ func tryExec(ctx context.Context, url, sql string) error {
 	if err := waitConnect(ctx, url, 30*time.Second); err != nil {
 		return err
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	qctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	_, err = conn.Exec(qctx, sql)
-	return err
+	return execWithin(ctx, url, 60*time.Second, sql)
 }

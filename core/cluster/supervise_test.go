@@ -48,14 +48,7 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 		lo := next + 1
 		next += n
 		mu.Unlock()
-		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
-		defer qcancel()
-		conn, err := pgx.Connect(qctx, url)
-		if err != nil {
-			return false
-		}
-		defer conn.Close(context.Background())
-		_, err = conn.Exec(qctx, "INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series($1::int, $2::int) g", lo, lo+n-1)
+		err := execWithin(ctx, url, 10*time.Second, "INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series($1::int, $2::int) g", lo, lo+n-1)
 		if err != nil {
 			if failures.Add(1) <= 5 {
 				t.Logf("insert of %d rows failed: %v", n, err)

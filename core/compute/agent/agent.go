@@ -366,7 +366,7 @@ func (a *Agent) FreshReport(ctx context.Context) Report {
 	a.mu.Unlock()
 	if be != nil {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		if _, err := be.RefreshDurable(ctx); err != nil && ctx.Err() == nil {
+		if err := be.RefreshDurable(ctx); err != nil && ctx.Err() == nil {
 			a.log.Debug().Err(err).Msg("refresh the durable LSN for a report")
 		}
 		cancel()

@@ -1059,12 +1059,12 @@ func (b *Backend) durableLSN(ctx context.Context) (pg.LSN, error) {
 	return a.Durable, nil
 }
 
-// RefreshDurable asks the pageserver for its durable LSN now and returns
-// the highest one seen. Durable alone moves only with writes and syncs, so
+// RefreshDurable asks the pageserver for its durable LSN now, so that
+// Durable returns it. Durable alone moves only with writes and syncs, so
 // on an idle compute it lags the pageserver by whatever committed since.
-func (b *Backend) RefreshDurable(ctx context.Context) (pg.LSN, error) {
+func (b *Backend) RefreshDurable(ctx context.Context) error {
 	_, err := b.durableLSN(ctx)
-	return b.Durable(), err
+	return err
 }
 
 // Durable returns the highest durable LSN this Backend has seen.
