@@ -199,6 +199,13 @@ type ComputeCache struct {
 	Strategy      string               `mapstructure:"strategy"`
 	LFC           lfc.Config           `mapstructure:"lfc"`
 	SharedBuffers sharedbuffers.Config `mapstructure:"shared_buffers"`
+	// Prewarm (lfc only): the compute saves the list of the pages its LFC
+	// holds in the object store every PrewarmInterval and when it stops,
+	// and reads those pages into the LFC after every start, so that a
+	// restarted compute, or a new one on an empty machine, does not begin
+	// cold.
+	Prewarm         bool          `mapstructure:"prewarm"`
+	PrewarmInterval time.Duration `mapstructure:"prewarm_interval"`
 }
 
 // MemoryBudgetBytes parses Compute.MemoryBudget.
@@ -245,6 +252,9 @@ func (c Compute) Validate() error {
 	}
 	if err := c.Cache.SharedBuffers.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("compute.cache.%v", err))
+	}
+	if c.Cache.PrewarmInterval < time.Second {
+		errs = append(errs, fmt.Errorf("compute.cache.prewarm_interval: %s: want at least 1s", c.Cache.PrewarmInterval))
 	}
 	l := c.Cache.LFC
 	if l.Tier == lfc.TierDisk && l.Path == "" {
@@ -326,6 +336,7 @@ func Default() Config {
 				Strategy:      sharedbuffers.StrategyLFC,
 				LFC:           lfc.DefaultConfig(),
 				SharedBuffers: sharedbuffers.DefaultConfig(),
+				Prewarm:       true, PrewarmInterval: 5 * time.Minute,
 			},
 		},
 		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback", PushdownDeltas: 16, HotBurst: 4,

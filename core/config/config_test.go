@@ -90,6 +90,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad yaml", "objectstore: [\n", nil, []string{"not valid YAML"}},
 		{"bad env value", "", []string{"STRATA_LOG_LEVEL=loud"}, []string{"log.level", "loud"}},
 		{"bad strategy", "compute:\n  cache:\n    strategy: l2arc\n", nil, []string{"compute.cache.strategy", "l2arc"}},
+		{"bad prewarm interval", "compute:\n  cache:\n    prewarm_interval: 10ms\n", nil, []string{"compute.cache.prewarm_interval", "10ms"}},
 		{"bad budget", "compute:\n  memory_budget: lots\n", nil, []string{"compute.memory_budget", "lots"}},
 		{"budget too small", "compute:\n  memory_budget: 1MB\n", nil, []string{"compute.memory_budget", "too small"}},
 		{"bad partitions", "compute:\n  cache:\n    lfc:\n      partitions: 0\n", nil, []string{"compute.cache.lfc.partitions"}},

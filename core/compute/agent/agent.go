@@ -197,6 +197,9 @@ func (c *Config) defaults() error {
 	if c.Cache.LFC == (lfc.Config{}) {
 		c.Cache.LFC = lfc.DefaultConfig()
 	}
+	if c.Cache.PrewarmInterval <= 0 {
+		c.Cache.PrewarmInterval = 5 * time.Minute
+	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -265,6 +268,7 @@ type Agent struct {
 	syncIDs   []string               // synchronous_standby_names
 	restarts  int
 	coldStart time.Duration
+	pw        *prewarmer
 }
 
 // New checks cfg, dials the pageserver and returns an agent ready to Run.
@@ -325,7 +329,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PageSource == PageSourceRedo {
 		a.rbMetrics = redobackend.NewMetrics(a.reg)
 	}
-	for _, c := range []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}} {
+	a.pw = newPrewarmer(a)
+	for _, c := range []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}, a.pw.pages} {
 		if err := a.reg.Register(c); err != nil {
 			ps.Close()
 			return nil, err
@@ -384,6 +389,12 @@ func (a *Agent) Report() Report {
 	f, be, rb := a.fs, a.be, a.rb
 	a.mu.Unlock()
 	r.PageSource = a.cfg.PageSource
+	switch {
+	case a.cfg.Cache.Strategy == StrategyLFC:
+		r.Prewarm = a.pw.report()
+	case a.cfg.Cache.Prewarm:
+		r.Prewarm = &PrewarmReport{State: "autoprewarm"}
+	}
 	if rb != nil {
 		st := rb.Stats()
 		r.RedoStore = &st
@@ -447,10 +458,17 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		joined := make(chan struct{})
 		go func() { defer close(joined); a.joinLate(jctx) }()
 		go a.stopOnLost(jctx)
+		warmed := make(chan struct{})
+		go func() { defer close(warmed); a.pw.run(jctx, a.currentFS()) }()
 		select {
 		case <-ctx.Done():
 			jcancel()
 			<-joined
+			<-warmed
+			// The LFC's pages, for the next start: Postgres still runs.
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			a.pw.save(sctx)
+			scancel()
 			err := a.stop()
 			if err == nil {
 				if rerr := a.wal.release(); rerr != nil {
@@ -461,6 +479,7 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		case <-done:
 			jcancel()
 			<-joined
+			<-warmed
 			a.log.Error().Err(a.exitError()).Str("log", a.LogFile()).Str("log_tail", a.pgs.Tail(1024)).Msg("postgres exited; restarting it from storage")
 			a.teardown(false)
 			a.mu.Lock()
@@ -878,6 +897,15 @@ func (a *Agent) settings(ids []string) map[string]string {
 	}
 	for k, v := range a.sizing.Settings() {
 		s[k] = v
+	}
+	if a.cfg.Cache.Prewarm && a.cfg.Cache.Strategy == StrategySharedBuffers {
+		// shared_buffers are warmed by Postgres' own autoprewarm: it dumps
+		// the buffers' block list to autoprewarm.blocks in the data
+		// directory (stored like every file there) and loads it after a
+		// start. Settings of the config come after and may replace these.
+		s["shared_preload_libraries"] = "'pg_prewarm'"
+		s["pg_prewarm.autoprewarm"] = "on"
+		s["pg_prewarm.autoprewarm_interval"] = fmt.Sprintf("'%ds'", max(1, int(a.cfg.Cache.PrewarmInterval/time.Second)))
 	}
 	for k, v := range a.cfg.Settings {
 		s[k] = v

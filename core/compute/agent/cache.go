@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -32,6 +33,12 @@ type CacheConfig struct {
 	LFC lfc.Config
 	// SharedBuffers configures the split (fraction, minimum, huge pages).
 	SharedBuffers sharedbuffers.Config
+	// Prewarm (lfc only, with an object store): after every start the
+	// agent reads the pages of the timeline's saved page list into the LFC
+	// (core/compute/prewarm), and it saves the LFC's pages as the new list
+	// every PrewarmInterval (default 5 minutes) and when it stops.
+	Prewarm         bool
+	PrewarmInterval time.Duration
 }
 
 // Plan returns the sizing of c.

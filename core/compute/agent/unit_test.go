@@ -84,3 +84,27 @@ func TestPrintReport(t *testing.T) {
 		t.Fatalf("report:\n%s", out)
 	}
 }
+
+func TestPrintReportPrewarm(t *testing.T) {
+	for _, c := range []struct {
+		p    PrewarmReport
+		want string
+	}{
+		{PrewarmReport{State: "done", List: "prewarm/ab/1", Total: 12, Loaded: 10, Cached: 1, Skipped: 1, Took: "289ms"},
+			"prewarm done: 10 of 12 pages loaded (1 already cached, 1 skipped) in 289ms from prewarm/ab/1\n"},
+		{PrewarmReport{State: "failed", List: "prewarm/ab/9", Error: "prewarm: corrupt page list"},
+			"prewarm failed, the LFC started cold: prewarm: corrupt page list\n"},
+		{PrewarmReport{State: "failed", List: "prewarm/ab/9", Total: 5, Loaded: 2, Took: "1s", Error: "pageserver down"},
+			"prewarm failed: 2 of 5 pages loaded (0 already cached, 0 skipped) in 1s from prewarm/ab/9: pageserver down\n"},
+		{PrewarmReport{State: "none"}, "prewarm: no page list was saved for this timeline\n"},
+	} {
+		var buf bytes.Buffer
+		p := c.p
+		if err := PrintReport(&buf, Report{State: "running", Strategy: "lfc", Prewarm: &p}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), c.want) {
+			t.Errorf("report:\n%s\nwant the line %q", buf.String(), c.want)
+		}
+	}
+}

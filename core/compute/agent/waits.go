@@ -63,6 +63,8 @@ type Report struct {
 	// sizes in redo mode.
 	PageSource string             `json:"page_source,omitempty"`
 	RedoStore  *redobackend.Stats `json:"redo_store,omitempty"`
+	// Prewarm is the LFC prewarm of the last start (lfc strategy only).
+	Prewarm *PrewarmReport `json:"prewarm,omitempty"`
 }
 
 // fsWaits turns the filesystem's counters into report lines.
@@ -118,6 +120,26 @@ func PrintReport(w io.Writer, r Report) error {
 		fmt.Fprintf(w, "cache %s: %d hits, %d misses (%.1f%% hits)\n", r.Strategy, r.CacheHits, r.CacheMisses, 100*float64(r.CacheHits)/float64(tot))
 	} else {
 		fmt.Fprintf(w, "cache %s: no reads yet\n", r.Strategy)
+	}
+	if p := r.Prewarm; p != nil {
+		switch {
+		case p.State == "off":
+			fmt.Fprintln(w, "prewarm off")
+		case p.State == "none":
+			fmt.Fprintln(w, "prewarm: no page list was saved for this timeline")
+		case p.State == "autoprewarm":
+			fmt.Fprintln(w, "prewarm: Postgres' autoprewarm (pg_prewarm) loads shared_buffers from autoprewarm.blocks after a start")
+		case p.State == "pending":
+			fmt.Fprintln(w, "prewarm pending: starts once Postgres accepts connections")
+		case p.State == "failed" && p.Total == 0:
+			fmt.Fprintf(w, "prewarm failed, the LFC started cold: %s\n", p.Error)
+		default:
+			fmt.Fprintf(w, "prewarm %s: %d of %d pages loaded (%d already cached, %d skipped) in %s from %s", p.State, p.Loaded, p.Total, p.Cached, p.Skipped, p.Took, p.List)
+			if p.Error != "" {
+				fmt.Fprintf(w, ": %s", p.Error)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	ws := append([]WaitStat(nil), r.Waits...)
 	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Total > ws[j].Total })

@@ -119,6 +119,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 		st := f.rel(seg.Rel)
 		st.mu.Lock()
 		if !st.exists {
+			st.gen.Add(1)
 			if err := f.be.CreateRel(ctx, seg.Rel, w); err != nil {
 				st.mu.Unlock()
 				return nil, nil, 0, f.fail("create", p, err)
@@ -513,6 +514,11 @@ type relState struct {
 	exists  bool
 	nblocks uint32
 	segs    map[uint32]*relNode // segment files in the tree
+	// gen counts the fork's mutations (writes, truncations, unlink,
+	// creation), each bumped before the mutation reaches the cache tier:
+	// a page read outside Postgres' own ordering (FS.Prewarm) goes into
+	// the cache only if gen did not move while it was read.
+	gen atomic.Uint64
 }
 
 // segSize returns the size in bytes of segment no. REQUIRES: mu held.
@@ -606,6 +612,7 @@ func (n *relNode) truncate(ctx context.Context, size int64) syscall.Errno {
 		return 0 // e.g. truncating an empty later segment to 0
 	}
 	w := n.fsys.wal.Current()
+	st.gen.Add(1)
 	if err := n.fsys.be.TruncateRel(ctx, st.tag, target, w); err != nil {
 		return n.fsys.fail("truncate", n.seg.Path(), err)
 	}
@@ -627,6 +634,7 @@ func (n *relNode) unlink(ctx context.Context, w pg.LSN) syscall.Errno {
 	if !st.exists {
 		return 0
 	}
+	st.gen.Add(1)
 	before := st.nblocks
 	if n.seg.No == 0 {
 		if err := n.fsys.be.UnlinkRel(ctx, st.tag, w); err != nil && !errors.Is(err, ErrNotFound) {
@@ -733,6 +741,7 @@ func (n *relNode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off i
 	} else {
 		defer st.mu.RUnlock()
 	}
+	st.gen.Add(1)
 	var tmp []byte
 	for pos := off; pos < off+int64(len(data)); {
 		blk := first + uint32(pos/pg.BlockSize)

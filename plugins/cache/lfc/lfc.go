@@ -621,6 +621,32 @@ func (c *Cache) moveSlot(p *partition, from, to int32) error {
 	return err
 }
 
+// Keys returns up to max of the pages the cache holds (max <= 0: all of
+// them), partition by partition; the order says nothing about how hot a
+// page is. It is the list a compute saves so that the next one can warm its
+// cache (core/compute/prewarm). Each partition is locked while its keys are
+// copied.
+func (c *Cache) Keys(max int) []pg.PageKey {
+	var keys []pg.PageKey
+	for _, p := range c.parts {
+		p.mu.Lock()
+		for ck, h := range p.index {
+			e := &p.ents[h]
+			for i := uint32(0); i < c.chunkPages; i++ {
+				if max > 0 && len(keys) >= max {
+					p.mu.Unlock()
+					return keys
+				}
+				if e.has(i) {
+					keys = append(keys, ck.tag.Page(ck.chunk*c.chunkPages+i))
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+	return keys
+}
+
 // Stats implements cache.Cache.
 func (c *Cache) Stats() cache.Stats {
 	var s cache.Stats

@@ -348,3 +348,35 @@ func TestMetrics(t *testing.T) {
 	}
 	_ = c2.Close()
 }
+
+// TestKeys: Keys lists exactly the pages held (not the other pages of their
+// chunks, not invalidated ones) and stops at max.
+func TestKeys(t *testing.T) {
+	c := newCache(t, Config{SizeBytes: 64 * 8192 * 16, Tier: TierRAM, ChunkPages: 16, Partitions: 4, Policy: "lru"}, Options{})
+	page := make([]byte, pg.BlockSize)
+	a := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	b := pg.RelTag{Spc: 1663, DB: 5, Rel: 16390, Fork: pg.FSMFork}
+	want := map[pg.PageKey]bool{}
+	for _, k := range []pg.PageKey{a.Page(0), a.Page(3), a.Page(17), a.Page(40), b.Page(1), b.Page(2)} {
+		if err := c.Put(k, page, pg.InvalidLSN); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = true
+	}
+	if err := c.Invalidate(a.Page(17)); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, a.Page(17))
+	got := c.Keys(0)
+	if len(got) != len(want) {
+		t.Fatalf("Keys(0) = %v, want the %d pages %v", got, len(want), want)
+	}
+	for _, k := range got {
+		if !want[k] {
+			t.Errorf("Keys lists %s, which the cache does not hold", k)
+		}
+	}
+	if got := c.Keys(2); len(got) != 2 {
+		t.Errorf("Keys(2) returned %d keys", len(got))
+	}
+}
