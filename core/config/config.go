@@ -199,11 +199,12 @@ type ComputeCache struct {
 	Strategy      string               `mapstructure:"strategy"`
 	LFC           lfc.Config           `mapstructure:"lfc"`
 	SharedBuffers sharedbuffers.Config `mapstructure:"shared_buffers"`
-	// Prewarm (lfc only): the compute saves the list of the pages its LFC
-	// holds in the object store every PrewarmInterval and when it stops,
-	// and reads those pages into the LFC after every start, so that a
-	// restarted compute, or a new one on an empty machine, does not begin
-	// cold.
+	// Prewarm warms the cache after every start, so that a restarted
+	// compute, or a new one on an empty machine, does not begin cold. lfc:
+	// the agent saves the list of the pages its LFC holds in the object
+	// store every PrewarmInterval and when it stops, and reads those pages
+	// into the LFC after a start. shared-buffers: Postgres' autoprewarm
+	// (pg_prewarm), whose block list is a file of the data directory.
 	Prewarm         bool          `mapstructure:"prewarm"`
 	PrewarmInterval time.Duration `mapstructure:"prewarm_interval"`
 }

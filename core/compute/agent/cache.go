@@ -33,10 +33,12 @@ type CacheConfig struct {
 	LFC lfc.Config
 	// SharedBuffers configures the split (fraction, minimum, huge pages).
 	SharedBuffers sharedbuffers.Config
-	// Prewarm (lfc only, with an object store): after every start the
-	// agent reads the pages of the timeline's saved page list into the LFC
-	// (core/compute/prewarm), and it saves the LFC's pages as the new list
-	// every PrewarmInterval (default 5 minutes) and when it stops.
+	// Prewarm, under lfc (with an object store in Config.Archive): after
+	// every start the agent reads the pages of the timeline's saved page
+	// list into the LFC (core/compute/prewarm), and it saves the LFC's pages
+	// as the new list every PrewarmInterval (default 5 minutes) and when it
+	// stops. Under shared-buffers: Postgres' autoprewarm (pg_prewarm) with
+	// PrewarmInterval as its dump interval.
 	Prewarm         bool
 	PrewarmInterval time.Duration
 }
