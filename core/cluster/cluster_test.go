@@ -625,12 +625,12 @@ func exec1(t *testing.T, ctx context.Context, url, sql string) {
 }
 
 // TestAgentKill9 is acceptance 3 for the compute agent: with
-// full_page_writes=off, a client-side ledger runs while the agent process
+// full_page_writes=off and the lfc strategy, a client-side ledger runs while the agent process
 // is killed with SIGKILL (its Postgres dies with it); `strata up` starts the
 // cluster again from storage and every acknowledged row is there. One round
 // by default, five with STRATA_LONG_TESTS=1.
 func TestAgentKill9(t *testing.T) {
-	c, _ := newTestCluster(t)
+	c, _ := newLFCCluster(t)
 	// The agent process reads its config file; the environment overrides it.
 	t.Setenv("STRATA_COMPUTE_FULL_PAGE_WRITES", "false")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)

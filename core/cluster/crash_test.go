@@ -17,7 +17,8 @@ import (
 )
 
 // TestCrashRounds is the compute issue's crash test on the whole cluster
-// (STRATA_LONG_TESTS=1): with full_page_writes=off, pgbench and a client-side
+// (STRATA_LONG_TESTS=1), with the lfc strategy (TestCrashRoundsRedo runs the
+// default, shared-buffers): with full_page_writes=off, pgbench and a client-side
 // ledger run while either the postmaster or the compute agent is killed
 // with SIGKILL at a random moment, ten times. After each kill the cluster
 // comes back (the agent restarts Postgres itself; a dead agent needs
@@ -27,7 +28,7 @@ func TestCrashRounds(t *testing.T) {
 	if os.Getenv("STRATA_LONG_TESTS") != "1" {
 		t.Skip("STRATA_LONG_TESTS=1 runs ten kill -9 rounds on the whole cluster")
 	}
-	c, _ := newTestCluster(t)
+	c, _ := newLFCCluster(t)
 	t.Setenv("STRATA_COMPUTE_FULL_PAGE_WRITES", "false")
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()

@@ -30,6 +30,17 @@ func newRedoCluster(t *testing.T) (*Cluster, *config.Config) {
 	})
 }
 
+// newLFCCluster is newTestCluster with the lfc cache strategy (the default
+// is shared-buffers): a 16 MB shared_buffers sends most page reads and
+// dirty evictions through the mount and the LFC, the harder path for the
+// kill tests, and an agent kill loses the LFC.
+func newLFCCluster(t *testing.T) (*Cluster, *config.Config) {
+	t.Helper()
+	return newTestClusterEdited(t, func(y string) string {
+		return strings.Replace(y, "compute:\n", "compute:\n  cache:\n    strategy: lfc\n", 1)
+	})
+}
+
 // newTestClusterEdited is newTestCluster with its config file changed by
 // edit.
 func newTestClusterEdited(t *testing.T, edit func(yaml string) string) (*Cluster, *config.Config) {

@@ -24,7 +24,7 @@ import (
 // test logs how often the agent restarted Postgres for a loss; the rule
 // itself is TestNoStaleReadAfterPageserverRestart (core/compute/psbackend).
 func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
-	c, _ := newTestCluster(t)
+	c, _ := newLFCCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	url, err := c.Up(ctx, func(s string) { t.Log(s) })

@@ -334,7 +334,7 @@ func Default() Config {
 			RedoStorePages: 16384,
 			PGWal:          PGWalAuto,
 			Cache: ComputeCache{
-				Strategy:      sharedbuffers.StrategyLFC,
+				Strategy:      sharedbuffers.StrategySharedBuffers,
 				LFC:           lfc.DefaultConfig(),
 				SharedBuffers: sharedbuffers.DefaultConfig(),
 				Prewarm:       true, PrewarmInterval: 5 * time.Minute,

@@ -186,7 +186,7 @@ func (c *Config) defaults() error {
 		c.StopTimeout = 2 * time.Minute
 	}
 	if c.Cache.Strategy == "" {
-		c.Cache.Strategy = StrategyLFC
+		c.Cache.Strategy = StrategySharedBuffers
 	}
 	if c.Cache.MemoryBudget == 0 {
 		c.Cache.MemoryBudget = 512 << 20

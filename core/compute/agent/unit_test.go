@@ -108,3 +108,13 @@ func TestPrintReportPrewarm(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintReportSharedBuffers(t *testing.T) {
+	var buf bytes.Buffer
+	if err := PrintReport(&buf, Report{State: "running", Strategy: StrategySharedBuffers}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "cache shared-buffers: no LFC; shared_buffers misses read from the pageserver (getpage)") {
+		t.Errorf("report:\n%s", buf.String())
+	}
+}

@@ -118,6 +118,9 @@ func PrintReport(w io.Writer, r Report) error {
 		r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Uptime)
 	if tot := r.CacheHits + r.CacheMisses; tot > 0 {
 		fmt.Fprintf(w, "cache %s: %d hits, %d misses (%.1f%% hits)\n", r.Strategy, r.CacheHits, r.CacheMisses, 100*float64(r.CacheHits)/float64(tot))
+	} else if r.Strategy == StrategySharedBuffers {
+		// No tier behind shared_buffers: its misses are the getpage line.
+		fmt.Fprintf(w, "cache %s: no LFC; shared_buffers misses read from the pageserver (getpage)\n", r.Strategy)
 	} else {
 		fmt.Fprintf(w, "cache %s: no reads yet\n", r.Strategy)
 	}
