@@ -33,11 +33,13 @@ func newRedoCluster(t *testing.T) (*Cluster, *config.Config) {
 // newLFCCluster is newTestCluster with the lfc cache strategy (the default
 // is shared-buffers): a 16 MB shared_buffers sends most page reads and
 // dirty evictions through the mount and the LFC, the harder path for the
-// kill tests, and an agent kill loses the LFC.
+// kill tests, and an agent kill loses the LFC. The page list is saved every
+// 2 s, so that every restart prewarms the LFC while the test's clients
+// write.
 func newLFCCluster(t *testing.T) (*Cluster, *config.Config) {
 	t.Helper()
 	return newTestClusterEdited(t, func(y string) string {
-		return strings.Replace(y, "compute:\n", "compute:\n  cache:\n    strategy: lfc\n", 1)
+		return strings.Replace(y, "compute:\n", "compute:\n  cache:\n    strategy: lfc\n    prewarm_interval: 2s\n", 1)
 	})
 }
 

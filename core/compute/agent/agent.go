@@ -464,7 +464,10 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		case <-ctx.Done():
 			jcancel()
 			<-joined
-			<-warmed
+			// A prewarm read can wait on a pageserver that does not answer;
+			// the stop does not wait for it long (the save below then
+			// keeps the list that was loading).
+			waitAWhile(warmed, 5*time.Second)
 			// The LFC's pages, for the next start: Postgres still runs.
 			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			a.pw.save(sctx)
@@ -479,13 +482,23 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		case <-done:
 			jcancel()
 			<-joined
-			<-warmed
+			waitAWhile(warmed, 5*time.Second)
 			a.log.Error().Err(a.exitError()).Str("log", a.LogFile()).Str("log_tail", a.pgs.Tail(1024)).Msg("postgres exited; restarting it from storage")
 			a.teardown(false)
 			a.mu.Lock()
 			a.restarts++
 			a.mu.Unlock()
 		}
+	}
+}
+
+// waitAWhile waits until ch is closed or d has passed.
+func waitAWhile(ch <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
 	}
 }
 

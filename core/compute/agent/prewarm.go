@@ -45,6 +45,10 @@ type prewarmer struct {
 	// then the LFC holds part of the saved list at most, and saving it
 	// would replace the list with that part.
 	settled bool
+	// start numbers the runs: a run's updates count only while it is the
+	// current one (a run cut off by a restart may end after the next one
+	// began).
+	start uint64
 }
 
 func newPrewarmer(a *Agent) *prewarmer {
@@ -80,12 +84,16 @@ func (p *prewarmer) run(ctx context.Context, f *fusefs.FS) {
 		return
 	}
 	p.mu.Lock()
+	p.start++
+	id := p.start
 	p.settled = false
 	p.rep.State = "pending"
 	p.mu.Unlock()
-	p.load(ctx, f)
+	p.load(ctx, f, id)
 	p.mu.Lock()
-	p.settled = ctx.Err() == nil
+	if p.start == id {
+		p.settled = ctx.Err() == nil
+	}
 	p.mu.Unlock()
 	t := time.NewTicker(p.a.cfg.Cache.PrewarmInterval)
 	defer t.Stop()
@@ -99,28 +107,28 @@ func (p *prewarmer) run(ctx context.Context, f *fusefs.FS) {
 	}
 }
 
-func (p *prewarmer) load(ctx context.Context, f *fusefs.FS) {
+func (p *prewarmer) load(ctx context.Context, f *fusefs.FS, id uint64) {
 	a := p.a
 	t0 := time.Now()
 	keys, name, err := prewarm.Load(ctx, a.cfg.Archive, a.cfg.Timeline)
 	if errors.Is(err, prewarm.ErrNone) {
-		p.set(PrewarmReport{State: "none"})
+		p.set(id, PrewarmReport{State: "none"})
 		a.log.Info().Msg("LFC prewarm: no page list saved yet for this timeline")
 		return
 	}
 	if err != nil {
-		p.set(PrewarmReport{State: "failed", List: name, Error: err.Error()})
+		p.set(id, PrewarmReport{State: "failed", List: name, Error: err.Error()})
 		a.log.Warn().Err(err).Msg("LFC prewarm: the saved page list cannot be read; starting with an empty LFC")
 		return
 	}
 	if limit := int(a.sizing.LFCBytes / pg.BlockSize); len(keys) > limit {
 		keys = keys[:limit]
 	}
-	p.set(PrewarmReport{State: "loading", List: name, Total: len(keys)})
+	p.set(id, PrewarmReport{State: "loading", List: name, Total: len(keys)})
 	a.log.Info().Str("list", name).Int("pages", len(keys)).Msg("LFC prewarm: loading the saved page list")
 	last := time.Now()
 	s, err := f.Prewarm(ctx, keys, prewarmWorkers, func(s fusefs.PrewarmStats) {
-		p.progress(s, "loading", nil)
+		p.progress(id, s, "loading", nil)
 		if time.Since(last) >= 10*time.Second {
 			last = time.Now()
 			a.log.Info().Int("done", s.Done()).Int("total", s.Total).Int("loaded", s.Loaded).Dur("elapsed", s.Elapsed.Round(time.Millisecond)).Msg("LFC prewarm")
@@ -133,7 +141,7 @@ func (p *prewarmer) load(ctx context.Context, f *fusefs.FS) {
 	if err != nil {
 		state = "failed"
 	}
-	p.progress(s, state, err)
+	p.progress(id, s, state, err)
 	ev := a.log.Info()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -146,9 +154,12 @@ func (p *prewarmer) load(ctx context.Context, f *fusefs.FS) {
 		Dur("took", time.Since(t0).Round(time.Millisecond)).Msg("LFC prewarm finished")
 }
 
-func (p *prewarmer) progress(s fusefs.PrewarmStats, state string, err error) {
+func (p *prewarmer) progress(id uint64, s fusefs.PrewarmStats, state string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.start != id {
+		return
+	}
 	p.rep.State, p.rep.Total, p.rep.Loaded, p.rep.Cached, p.rep.Skipped = state, s.Total, s.Loaded, s.Cached, s.Skipped
 	p.rep.Took = s.Elapsed.Round(time.Millisecond).String()
 	if err != nil {
@@ -156,11 +167,14 @@ func (p *prewarmer) progress(s fusefs.PrewarmStats, state string, err error) {
 	}
 }
 
-func (p *prewarmer) set(r PrewarmReport) {
+func (p *prewarmer) set(id uint64, r PrewarmReport) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.start != id {
+		return
+	}
 	r.Saved = p.rep.Saved
 	p.rep = r
-	p.mu.Unlock()
 }
 
 // save stores the LFC's pages as the timeline's newest list. It keeps the

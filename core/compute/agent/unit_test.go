@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -116,5 +117,23 @@ func TestPrintReportSharedBuffers(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "cache shared-buffers: no LFC; shared_buffers misses read from the pageserver (getpage)") {
 		t.Errorf("report:\n%s", buf.String())
+	}
+}
+
+// TestPrewarmerIgnoresEarlierStarts: a prewarm cut off by a restart may end
+// after the next start's began; its last words must not overwrite the
+// report of the current one.
+func TestPrewarmerIgnoresEarlierStarts(t *testing.T) {
+	p := newPrewarmer(&Agent{cfg: Config{Cache: CacheConfig{Strategy: StrategyLFC, Prewarm: true}}})
+	p.start = 2
+	p.set(2, PrewarmReport{State: "loading", Total: 10})
+	p.set(1, PrewarmReport{State: "failed", Error: "context canceled"})
+	p.progress(1, fusefs.PrewarmStats{Total: 99, Loaded: 3}, "failed", nil)
+	if r := p.report(); r.State != "loading" || r.Total != 10 {
+		t.Fatalf("report after an earlier start's updates: %+v", r)
+	}
+	p.progress(2, fusefs.PrewarmStats{Total: 10, Loaded: 10}, "done", nil)
+	if r := p.report(); r.State != "done" || r.Loaded != 10 {
+		t.Fatalf("report after the current start's end: %+v", r)
 	}
 }
