@@ -465,13 +465,9 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 			jcancel()
 			<-joined
 			// A prewarm read can wait on a pageserver that does not answer;
-			// the stop does not wait for it long (the save below then
+			// the stop does not wait for it long (the stop's save then
 			// keeps the list that was loading).
 			waitAWhile(warmed, 5*time.Second)
-			// The LFC's pages, for the next start: Postgres still runs.
-			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			a.pw.save(sctx)
-			scancel()
 			err := a.stop()
 			if err == nil {
 				if rerr := a.wal.release(); rerr != nil {
@@ -1213,6 +1209,12 @@ func (a *Agent) stop() error {
 			errs = append(errs, fmt.Errorf("agent: postgres did not stop in %s; killed", a.cfg.StopTimeout))
 		}
 	}
+	// The LFC's pages, for the next start: after the shutdown checkpoint,
+	// which wrote the pages that only shared_buffers held into the LFC,
+	// and before teardown drops the LFC.
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	a.pw.save(sctx)
+	scancel()
 	if err := a.teardown(true); err != nil {
 		errs = append(errs, err)
 	}

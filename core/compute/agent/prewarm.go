@@ -49,6 +49,10 @@ type prewarmer struct {
 	// current one (a run cut off by a restart may end after the next one
 	// began).
 	start uint64
+	// saved, savedSum: the list this agent saved last (prewarm.Sum), so
+	// that an unchanged LFC is not saved again.
+	saved    bool
+	savedSum uint64
 }
 
 func newPrewarmer(a *Agent) *prewarmer {
@@ -198,13 +202,20 @@ func (p *prewarmer) save(ctx context.Context) {
 	if len(keys) == 0 {
 		return
 	}
+	sum := prewarm.Sum(keys)
+	p.mu.Lock()
+	same := p.saved && sum == p.savedSum
+	p.mu.Unlock()
+	if same {
+		return // the saved list is this one
+	}
 	name, err := prewarm.Save(ctx, a.cfg.Archive, a.cfg.Timeline, keys, time.Now())
 	if err != nil {
 		a.log.Warn().Err(err).Msg("LFC prewarm: saving the page list failed; the last saved list stays")
 		return
 	}
 	p.mu.Lock()
-	p.rep.Saved = name
+	p.rep.Saved, p.saved, p.savedSum = name, true, sum
 	p.mu.Unlock()
 	a.log.Info().Str("list", name).Int("pages", len(keys)).Msg("LFC prewarm: page list saved")
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"io"
 	"slices"
 	"strings"
@@ -107,6 +108,14 @@ func Decode(data []byte) ([]pg.PageKey, error) {
 		return nil, fmt.Errorf("%w: %d pages in the runs, header says %d", ErrCorrupt, len(keys), nKeys)
 	}
 	return keys, nil
+}
+
+// Sum is a digest of keys that does not depend on their order or
+// duplicates: equal sums mean, with near certainty, the same list.
+func Sum(keys []pg.PageKey) uint64 {
+	h := fnv.New64a()
+	h.Write(Encode(keys))
+	return h.Sum64()
 }
 
 func comparePageKeys(a, b pg.PageKey) int {

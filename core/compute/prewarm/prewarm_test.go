@@ -130,3 +130,15 @@ func TestSaveLoad(t *testing.T) {
 		})
 	}
 }
+
+func TestSum(t *testing.T) {
+	keys := sampleKeys()
+	rev := slices.Clone(keys)
+	slices.Reverse(rev)
+	if Sum(keys) != Sum(rev) {
+		t.Error("the sum depends on the order of the keys")
+	}
+	if Sum(keys) == Sum(keys[2:]) { // block 1 gone (block 0 is listed twice)
+		t.Error("one page fewer, the same sum")
+	}
+}
