@@ -668,7 +668,7 @@ func (a *Agent) start(ctx context.Context) error {
 
 	if fresh {
 		a.setState("initdb")
-		if err := a.pgs.InitDB(ctx, a.cfg.Password); err != nil {
+		if err := a.initdb(ctx); err != nil {
 			return err
 		}
 		if rb != nil {

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestCopyTree copies a tree like initdb's output (nested folders, empty
+// and multi-buffer files, a link) and compares every entry; a second copy
+// onto the result is refused rather than overwriting anything.
+func TestCopyTree(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	files := map[string]int{
+		"PG_VERSION":          3,
+		"base/1/1259":         8192 * 3,
+		"base/1/1259_fsm":     0,
+		"base/5/16384":        3<<20 + 8192, // more than copyTree's 1 MiB buffer
+		"global/pg_control":   8192,
+		"pg_xact/0000":        8192,
+		"pg_logical/snapshot": 0,
+	}
+	for _, d := range []string{"base/1", "base/5", "global", "pg_xact", "pg_logical", "pg_tblspc"} {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, size := range files {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/somewhere/pg_wal", filepath.Join(src, "pg_wal")); err != nil {
+		t.Fatal(err)
+	}
+
+	n, size, err := copyTree(context.Background(), src, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(0)
+	for _, s := range files {
+		want += int64(s)
+	}
+	if n != len(files) || size != want {
+		t.Fatalf("copied %d files, %d bytes; want %d, %d", n, size, len(files), want)
+	}
+	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		a, _ := os.Lstat(path)
+		b, err := os.Lstat(to)
+		if err != nil {
+			t.Errorf("%s: not copied: %v", rel, err)
+			return nil
+		}
+		if a.Mode() != b.Mode() {
+			t.Errorf("%s: mode %v, want %v", rel, b.Mode(), a.Mode())
+		}
+		switch {
+		case a.Mode()&fs.ModeSymlink != 0:
+			x, _ := os.Readlink(path)
+			y, _ := os.Readlink(to)
+			if x != y {
+				t.Errorf("%s: link to %q, want %q", rel, y, x)
+			}
+		case a.Mode().IsRegular():
+			x, _ := os.ReadFile(path)
+			y, _ := os.ReadFile(to)
+			if !bytes.Equal(x, y) {
+				t.Errorf("%s: content differs (%d bytes, want %d)", rel, len(y), len(x))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The target must be empty: nothing of it is overwritten.
+	if _, _, err := copyTree(context.Background(), src, dst); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("a copy onto existing entries: %v, want an error for an existing entry", err)
+	}
+}
