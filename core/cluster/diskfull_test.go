@@ -18,7 +18,7 @@ import (
 func TestPageserverDiskFull(t *testing.T) {
 	c, cfg := newTestCluster(t)
 	psDir := filepath.Join(cfg.Cluster.DataDir, "pageserver")
-	smallfs.MountAt(t, psDir, 160<<20, "0755")
+	smallfs.MountAt(t, psDir, 64<<20, "0755")
 	// Cleanups run last registered first: stop the cluster before the
 	// tmpfs goes.
 	t.Cleanup(func() { c.Down(context.Background(), func(string) {}) })
@@ -34,7 +34,7 @@ func TestPageserverDiskFull(t *testing.T) {
 	go ledger(ctx, url, 1, stop, done)
 
 	// 400 MB of table pages in 20 MB statements, with checkpoints: far
-	// more than the 160 MiB the pageserver has.
+	// more than the 64 MiB the pageserver has (full after 40-60 MB).
 	full := false
 	for i := 0; i < 20 && !full; i++ {
 		if err := tryExec(ctx, url, "INSERT INTO filler SELECT g, repeat('x', 900) FROM generate_series(1, 20000) g"); err != nil {
@@ -47,7 +47,7 @@ func TestPageserverDiskFull(t *testing.T) {
 		}
 	}
 	if !full {
-		t.Fatal("400 MB went into a pageserver with 160 MiB of disk")
+		t.Fatal("400 MB went into a pageserver with 64 MiB of disk")
 	}
 	time.Sleep(3 * time.Second)
 	close(stop)
