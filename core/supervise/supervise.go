@@ -99,7 +99,8 @@ type ExitError struct {
 func (e *ExitError) Error() string {
 	how := fmt.Sprintf("exit status %d", e.Code)
 	if e.Code < 0 {
-		how = "killed by " + e.Signal.String()
+		// Signal.String is a description ("killed"): add the number.
+		how = fmt.Sprintf("%s (signal %d)", e.Signal, int(e.Signal))
 	}
 	return fmt.Sprintf("supervise: %s: %s (%s; %d restarts)", e.Name, how, e.Reason, e.Restarts)
 }

@@ -251,3 +251,18 @@ func TestReadyDecidesWhatIsAGoodRun(t *testing.T) {
 		t.Fatalf("%d runs, %d resets: want 2 ready runs and 3 failed ones, each after a reset", n, resets)
 	}
 }
+
+// TestExitErrorNamesTheSignal: a child killed by a signal is reported by
+// the signal's description and number ("killed (signal 9)"), not as
+// "killed by killed".
+func TestExitErrorNamesTheSignal(t *testing.T) {
+	e := &ExitError{Name: "compute agent", Code: -1, Signal: syscall.SIGKILL, Reason: "the first start failed before it was ready"}
+	want := "supervise: compute agent: killed (signal 9) (the first start failed before it was ready; 0 restarts)"
+	if got := e.Error(); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	e = &ExitError{Name: "pageserver", Code: 2, Reason: "r", Restarts: 1}
+	if got := e.Error(); !strings.Contains(got, "exit status 2") {
+		t.Fatalf("got %q", got)
+	}
+}

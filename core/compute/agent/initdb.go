@@ -1,27 +1,25 @@
 package agent
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
-	"sync/atomic"
+	"strings"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // initdb makes a new cluster. initdb runs on a local folder of the scratch
-// space and its output is then copied into the mount, file by file.
+// space and its output is then copied into the mount.
 //
 // Why not initdb on the mount: initdb's bootstrap and CREATE DATABASE
 // write, re-read and re-write each catalog page many times, and every one
 // of those is a FUSE round trip and a page write to storage. On a 2-core
 // machine that was about 5 s of a 7.5 s first `strata up`; the copy writes
-// each of the roughly 40 MB once, in large writes. What lands in storage is
+// each of the roughly 23 MB once, in large writes. What lands in storage is
 // the same set of files, and pg_wal is a link to the WAL scratch folder
 // (initdb -X), whose WAL the mount's tracker walks for W, the position the
 // copy's writes are tagged with.
@@ -51,124 +49,88 @@ func (a *Agent) initdb(ctx context.Context) error {
 		return err
 	}
 	t1 := time.Now()
-	files, bytes, err := copyTree(ctx, s.DataDir, a.cfg.Mountpoint)
+	// pg_control last: a copy cut short (the agent killed) leaves a
+	// timeline without it, which the next start reports as an initdb that
+	// never finished, instead of starting Postgres on half a data folder.
+	files, size, err := copyTree(ctx, s.DataDir, a.cfg.Mountpoint, ControlFile)
 	if err != nil {
 		return fmt.Errorf("agent: copying initdb's output into the mount: %w", err)
 	}
-	a.log.Info().Dur("initdb", t1.Sub(t0)).Dur("copy", time.Since(t1)).Int("files", files).Int64("bytes", bytes).
+	a.log.Info().Dur("initdb", t1.Sub(t0)).Dur("copy", time.Since(t1)).Int("files", files).Int64("bytes", size).
 		Msg("initdb ran on local scratch; its output is copied into the mount")
 	return nil
 }
 
-// copyTree copies the folder src into the existing folder dst: folders,
-// regular files (with their permission bits) and symbolic links. It makes
-// the folders and links first, then copies the files, copyWorkers at a time
-// (each file's creation is a round trip to storage). It returns the number
-// of files and bytes copied. Nothing in dst may exist yet.
-func copyTree(ctx context.Context, src, dst string) (int, int64, error) {
-	type job struct {
-		from, to string
-		perm     fs.FileMode
-	}
-	var jobs []job
+// copyTree copies the contents of the folder src into the folder dst
+// (folders, regular files with their permission bits, symbolic links as
+// links), and the files named in last (slash-separated, relative to src)
+// only once everything else is copied. It returns the number of regular
+// files and their bytes. The caller makes sure dst holds none of src's
+// names (a new timeline's mount is empty).
+//
+// The copy runs in a child process (cp), not in the agent: dst is the
+// agent's own FUSE mount, and a thread of the agent blocked in a request
+// to its own mount when the agent is killed never returns (the mount's
+// connection closes only once every thread has exited), leaving an
+// unkillable process that holds the mount and the agent's ports. A child's
+// request fails instead once the agent is gone.
+func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64, error) {
+	files, size := 0, int64(0)
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			return nil
-		}
-		to := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return os.Mkdir(to, info.Mode().Perm())
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(path)
+		if d.Type().IsRegular() {
+			info, err := d.Info()
 			if err != nil {
 				return err
 			}
-			return os.Symlink(target, to)
-		case info.Mode().IsRegular():
-			jobs = append(jobs, job{path, to, info.Mode().Perm()})
-			return nil
+			files++
+			size += info.Size()
 		}
-		return fmt.Errorf("%s: not a folder, file or symbolic link (%v)", path, info.Mode())
+		return nil
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	var (
-		next  atomic.Int64
-		bytes atomic.Int64
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	for range copyWorkers {
-		g.Go(func() error {
-			buf := make([]byte, 1<<20)
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
-					return nil
-				}
-				if err := gctx.Err(); err != nil {
-					return err
-				}
-				n, err := copyFile(jobs[i].from, jobs[i].to, jobs[i].perm, buf)
-				bytes.Add(n)
-				if err != nil {
-					return err
-				}
-			}
-		})
+	// Move the files to copy last out of src's tree, beside it, and back
+	// at the end.
+	aside := src + ".last"
+	if err := os.RemoveAll(aside); err != nil {
+		return 0, 0, err
 	}
-	err = g.Wait()
-	return len(jobs), bytes.Load(), err
+	if len(last) > 0 {
+		if err := os.Mkdir(aside, 0o700); err != nil {
+			return 0, 0, err
+		}
+		defer os.Remove(aside)
+	}
+	for i, rel := range last {
+		in, out := filepath.Join(src, filepath.FromSlash(rel)), filepath.Join(aside, fmt.Sprint(i))
+		if err := os.Rename(in, out); err != nil {
+			return 0, 0, err
+		}
+		defer os.Rename(out, in)
+	}
+	if err := cp(ctx, src+"/.", dst); err != nil {
+		return 0, 0, err
+	}
+	for i, rel := range last {
+		if err := cp(ctx, filepath.Join(aside, fmt.Sprint(i)), filepath.Join(dst, filepath.FromSlash(rel))); err != nil {
+			return 0, 0, err
+		}
+	}
+	return files, size, nil
 }
 
-// copyWorkers is how many files copyTree copies at once.
-const copyWorkers = 8
-
-// copyFile copies one regular file through buf, in writes of up to
-// len(buf) bytes (not by copy_file_range, which a FUSE mount may refuse).
-func copyFile(from, to string, perm fs.FileMode, buf []byte) (int64, error) {
-	in, err := os.Open(from)
-	if err != nil {
-		return 0, err
+// cp copies from to to with cp(1): recursively, links as links, modes
+// kept, and no holes (every byte is written).
+func cp(ctx context.Context, from, to string) error {
+	cmd := osexec.CommandContext(ctx, "cp", "-R", "--no-dereference", "--sparse=never", "--", from, to)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(out.String()))
 	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for {
-		r, rerr := in.Read(buf)
-		if r > 0 {
-			w, werr := out.Write(buf[:r])
-			n += int64(w)
-			if werr != nil {
-				out.Close()
-				return n, fmt.Errorf("%s: %w", to, werr)
-			}
-		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			out.Close()
-			return n, rerr
-		}
-	}
-	if err := out.Close(); err != nil {
-		return n, fmt.Errorf("%s: %w", to, err)
-	}
-	return n, nil
+	return nil
 }

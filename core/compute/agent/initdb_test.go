@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +26,7 @@ func TestCopyTree(t *testing.T) {
 		"global/pg_control":   8192,
 		"pg_xact/0000":        8192,
 		"pg_logical/snapshot": 0,
+		"postgresql.conf":     100,
 	}
 	for _, d := range []string{"base/1", "base/5", "global", "pg_xact", "pg_logical", "pg_tblspc"} {
 		if err := os.MkdirAll(filepath.Join(src, d), 0o700); err != nil {
@@ -44,7 +46,7 @@ func TestCopyTree(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, size, err := copyTree(context.Background(), src, dst)
+	n, size, err := copyTree(context.Background(), src, dst, "global/pg_control")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +92,20 @@ func TestCopyTree(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The target must be empty: nothing of it is overwritten.
-	if _, _, err := copyTree(context.Background(), src, dst); !errors.Is(err, fs.ErrExist) {
-		t.Fatalf("a copy onto existing entries: %v, want an error for an existing entry", err)
+	// A copy that fails part way has not copied the files named last,
+	// even where the failing file comes after them in the folder's order.
+	dst2 := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dst2, "postgresql.conf"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := copyTree(context.Background(), src, dst2, "global/pg_control"); err == nil || !strings.Contains(err.Error(), "postgresql.conf") {
+		t.Fatalf("a copy onto a folder where a file goes: %v, want an error naming it", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst2, "global/pg_control")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("global/pg_control after a failed copy: %v, want it absent", err)
+	}
+	// The source is unchanged: the files copied last are back in place.
+	if _, err := os.Stat(filepath.Join(src, "global/pg_control")); err != nil {
+		t.Fatalf("the source after the copies: %v", err)
 	}
 }
