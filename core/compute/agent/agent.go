@@ -668,15 +668,18 @@ func (a *Agent) start(ctx context.Context) error {
 
 	if fresh {
 		a.setState("initdb")
-		if err := a.initdb(ctx); err != nil {
+		out, done, err := a.initdb(ctx)
+		if err != nil {
 			return err
 		}
 		if rb != nil {
-			if err := a.importBase(ctx); err != nil {
+			if err := a.importBase(ctx, out); err != nil {
+				done()
 				return err
 			}
 			rb.SetMaxPages(a.cfg.RedoStorePages)
 		}
+		done()
 	}
 	if err := a.pgs.Configure(a.settings(ids)); err != nil {
 		return err
@@ -747,15 +750,16 @@ func (a *Agent) ensureTimeline(ctx context.Context, id pg.TimelineID) error {
 	return nil
 }
 
-// importBase imports initdb's output (read back through the mount) into
-// the redo timeline at its shutdown checkpoint: initdb writes relation
-// pages without WAL, so they are the base that WAL ingest builds on. The
-// writes are gated like any compute write; the pageserver starts WAL
-// ingest from the checkpoint once it sees them.
-func (a *Agent) importBase(ctx context.Context) error {
+// importBase imports initdb's output, the folder dir (initdb's local
+// staging folder, or the mount), into the redo timeline at its shutdown
+// checkpoint: initdb writes relation pages without WAL, so they are the
+// base that WAL ingest builds on. The writes are gated like any compute
+// write; the pageserver starts WAL ingest from the checkpoint once it sees
+// them.
+func (a *Agent) importBase(ctx context.Context, dir string) error {
 	a.setState("importing initdb's output")
 	t0 := time.Now()
-	b, err := os.ReadFile(filepath.Join(a.cfg.Mountpoint, ControlFile))
+	b, err := os.ReadFile(filepath.Join(dir, ControlFile))
 	if err != nil {
 		return fmt.Errorf("agent: initdb's pg_control: %w", err)
 	}
@@ -763,7 +767,7 @@ func (a *Agent) importBase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := pageserver.ImportDataDir(ctx, a.ps.ImportTarget(a.cfg.Timeline), a.cfg.Mountpoint, ctl.Checkpoint); err != nil {
+	if err := pageserver.ImportDataDir(ctx, a.ps.ImportTarget(a.cfg.Timeline), dir, ctl.Checkpoint); err != nil {
 		return fmt.Errorf("agent: importing initdb's output into the redo timeline %s: %w", a.cfg.Timeline, err)
 	}
 	a.log.Info().Stringer("timeline", a.cfg.Timeline).Stringer("checkpoint", ctl.Checkpoint).Dur("took", time.Since(t0)).Msg("initdb's output imported as the redo timeline's base")

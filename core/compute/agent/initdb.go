@@ -27,26 +27,34 @@ import (
 // With compute.pg_wal fuse, initdb still runs on the mount: there W comes
 // from the WAL writes through the mount (walpos.Tracker.WroteData), and a
 // copy of initdb's zero-padded segment would move W past the end of WAL.
-func (a *Agent) initdb(ctx context.Context) error {
+//
+// initdb returns the folder that holds initdb's output for the redo
+// import to read (the staging folder: local reads, and no I/O of the agent
+// on its own mount), and done, which removes it.
+func (a *Agent) initdb(ctx context.Context) (out string, done func(), err error) {
 	if !a.wal.link {
-		return a.pgs.InitDB(ctx, a.cfg.Password)
+		return a.cfg.Mountpoint, func() {}, a.pgs.InitDB(ctx, a.cfg.Password)
 	}
 	stage := filepath.Join(a.cfg.Scratch, "initdb")
+	done = func() { os.RemoveAll(stage) }
 	if err := os.RemoveAll(stage); err != nil {
-		return fmt.Errorf("agent: initdb staging folder: %w", err)
+		return "", nil, fmt.Errorf("agent: initdb staging folder: %w", err)
 	}
-	defer os.RemoveAll(stage)
+	fail := func(err error) (string, func(), error) {
+		done()
+		return "", nil, err
+	}
 	if err := os.MkdirAll(stage, 0o755); err != nil {
-		return fmt.Errorf("agent: initdb staging folder: %w", err)
+		return fail(fmt.Errorf("agent: initdb staging folder: %w", err))
 	}
 	if err := os.Chown(stage, a.uid, a.gid); err != nil {
-		return fmt.Errorf("agent: initdb staging folder: %w", err)
+		return fail(fmt.Errorf("agent: initdb staging folder: %w", err))
 	}
 	s := *a.pgs
 	s.DataDir = filepath.Join(stage, "data")
 	t0 := time.Now()
 	if err := s.InitDB(ctx, a.cfg.Password); err != nil {
-		return err
+		return fail(err)
 	}
 	t1 := time.Now()
 	// pg_control last: a copy cut short (the agent killed) leaves a
@@ -54,11 +62,11 @@ func (a *Agent) initdb(ctx context.Context) error {
 	// never finished, instead of starting Postgres on half a data folder.
 	files, size, err := copyTree(ctx, s.DataDir, a.cfg.Mountpoint, ControlFile)
 	if err != nil {
-		return fmt.Errorf("agent: copying initdb's output into the mount: %w", err)
+		return fail(fmt.Errorf("agent: copying initdb's output into the mount: %w", err))
 	}
 	a.log.Info().Dur("initdb", t1.Sub(t0)).Dur("copy", time.Since(t1)).Int("files", files).Int64("bytes", size).
 		Msg("initdb ran on local scratch; its output is copied into the mount")
-	return nil
+	return s.DataDir, done, nil
 }
 
 // copyTree copies the contents of the folder src into the folder dst
