@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // initdb makes a new cluster. initdb runs on a local folder of the scratch
@@ -120,7 +122,7 @@ func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64,
 		}
 		defer os.Rename(out, in)
 	}
-	if err := cp(ctx, src+"/.", dst); err != nil {
+	if err := cpParallel(ctx, src, dst); err != nil {
 		return 0, 0, err
 	}
 	for i, rel := range last {
@@ -131,10 +133,51 @@ func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64,
 	return files, size, nil
 }
 
+// cpParallel copies the contents of src into dst with cp, one cp per
+// entry of src and of its base/ folder (one per database), copyWorkers at a
+// time: the kernel serializes file creations in one folder, so the
+// databases' folders are copied side by side.
+func cpParallel(ctx context.Context, src, dst string) error {
+	var pairs [][2]string
+	top, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range top {
+		if e.Name() != "base" || !e.IsDir() {
+			pairs = append(pairs, [2]string{filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())})
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		if err := os.Mkdir(filepath.Join(dst, "base"), info.Mode().Perm()); err != nil {
+			return err
+		}
+		dbs, err := os.ReadDir(filepath.Join(src, "base"))
+		if err != nil {
+			return err
+		}
+		for _, db := range dbs {
+			pairs = append(pairs, [2]string{filepath.Join(src, "base", db.Name()), filepath.Join(dst, "base", db.Name())})
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(copyWorkers)
+	for _, p := range pairs {
+		g.Go(func() error { return cp(gctx, p[0], p[1]) })
+	}
+	return g.Wait()
+}
+
+// copyWorkers is how many cp processes cpParallel runs at once.
+const copyWorkers = 4
+
 // cp copies from to to with cp(1): recursively, links as links, modes
 // kept, and no holes (every byte is written).
 func cp(ctx context.Context, from, to string) error {
-	cmd := osexec.CommandContext(ctx, "cp", "-R", "--no-dereference", "--sparse=never", "--", from, to)
+	cmd := osexec.CommandContext(ctx, "cp", "-R", "--no-target-directory", "--no-dereference", "--sparse=never", "--", from, to)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
