@@ -177,11 +177,20 @@ const copyWorkers = 4
 // cp copies from to to with cp(1): recursively, links as links, modes
 // kept, and no holes (every byte is written).
 func cp(ctx context.Context, from, to string) error {
-	cmd := osexec.CommandContext(ctx, "cp", "-R", "--no-target-directory", "--no-dereference", "--sparse=never", "--", from, to)
+	cmd := osexec.CommandContext(ctx, cpPath(), "-R", "--no-target-directory", "--no-dereference", "--sparse=never", "--", from, to)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("cp %s %s: %v: %s", from, to, err, strings.TrimSpace(out.String()))
 	}
 	return nil
+}
+
+// cpPath is cp from PATH, or /bin/cp when the agent runs without a PATH
+// that has it (coreutils is part of every Debian system).
+func cpPath() string {
+	if p, err := osexec.LookPath("cp"); err == nil {
+		return p
+	}
+	return "/bin/cp"
 }
