@@ -59,9 +59,12 @@ func (a *Agent) initdb(ctx context.Context) (out string, done func(), err error)
 		return fail(err)
 	}
 	t1 := time.Now()
-	// pg_control last: a copy cut short (the agent killed) leaves a
-	// timeline without it, which the next start reports as an initdb that
-	// never finished, instead of starting Postgres on half a data folder.
+	// A copy cut short (the agent killed) leaves writes that never become
+	// durable: the safekeepers hold none of initdb's WAL yet, so the next
+	// start finds an empty timeline and runs initdb again. pg_control goes
+	// last all the same: should part of a copy be stored, a timeline
+	// without it is reported as an initdb that never finished, instead of
+	// Postgres starting on half a data folder.
 	files, size, err := copyTree(ctx, s.DataDir, a.cfg.Mountpoint, ControlFile)
 	if err != nil {
 		return fail(fmt.Errorf("agent: copying initdb's output into the mount: %w", err))
