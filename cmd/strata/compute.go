@@ -42,7 +42,8 @@ func newComputeCmd(a *app) *cobra.Command {
 		Long: `Run the compute agent: it wins a safekeeper election, mounts PGDATA as a FUSE
 filesystem served by the pageserver timeline (with the cache tiers of
 compute.cache), refills local pg_wal from the safekeepers, and starts Postgres
-as compute.os_user; on an empty timeline it runs initdb into the mount first.
+as compute.os_user; on an empty timeline it runs initdb first (on local
+scratch, then copies its output into the mount).
 With storage.page_source: redo, relation page writes stay in a local page
 store (compute.redo_store_pages) and evicted pages are read back from the
 redo timeline (--timeline), which the pageserver rebuilds from the WAL the

@@ -12,7 +12,8 @@
 // stored checkpoint's REDO point R up to E from the safekeepers (or the
 // archive), mounts PGDATA with W starting at E and starts Postgres, whose
 // own crash recovery does the rest. A timeline without files is a new
-// cluster: the agent runs initdb --no-sync into the mount first.
+// cluster: the agent runs initdb --no-sync on local scratch and copies its
+// output into the mount first (initdb.go).
 //
 // While Postgres is not yet accepting connections, fsync only sends to the
 // pageserver (fusefs.FS.SetSyncDurable(false)): crash recovery's
