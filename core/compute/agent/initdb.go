@@ -75,8 +75,8 @@ func (a *Agent) initdb(ctx context.Context) (out string, done func(), err error)
 }
 
 // copyTree copies the contents of the folder src into the folder dst
-// (folders, regular files with their permission bits, symbolic links as
-// links), and the files named in last (slash-separated, relative to src)
+// (folders, regular files, symbolic links as links; see cp for the modes),
+// and the files named in last (slash-separated, relative to src)
 // only once everything else is copied. It returns the number of regular
 // files and their bytes. The caller makes sure dst holds none of src's
 // names (a new timeline's mount is empty).
@@ -177,8 +177,9 @@ func cpParallel(ctx context.Context, src, dst string) error {
 // copyWorkers is how many cp processes cpParallel runs at once.
 const copyWorkers = 4
 
-// cp copies from to to with cp(1): recursively, links as links, modes
-// kept, and no holes (every byte is written).
+// cp copies from to to with cp(1): recursively, links as links, each new
+// file and folder with its source's mode less the umask (initdb makes them
+// 0600 and 0700), and no holes (every byte is written).
 func cp(ctx context.Context, from, to string) error {
 	cmd := osexec.CommandContext(ctx, cpPath(), "-R", "--no-target-directory", "--no-dereference", "--sparse=never", "--", from, to)
 	var out bytes.Buffer

@@ -12,9 +12,10 @@ import (
 	"testing"
 )
 
-// TestCopyTree copies a tree like initdb's output (nested folders, empty
-// and multi-buffer files, a link) and compares every entry; a second copy
-// onto the result is refused rather than overwriting anything.
+// TestCopyTree copies a tree like initdb's output (nested folders, two
+// database folders, empty and multi-megabyte files, a link) and compares
+// every entry; a copy that fails part way has not copied the file named
+// last, and the source is left as it was.
 func TestCopyTree(t *testing.T) {
 	src, dst := t.TempDir(), t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -22,7 +23,7 @@ func TestCopyTree(t *testing.T) {
 		"PG_VERSION":          3,
 		"base/1/1259":         8192 * 3,
 		"base/1/1259_fsm":     0,
-		"base/5/16384":        3<<20 + 8192, // more than copyTree's 1 MiB buffer
+		"base/5/16384":        3<<20 + 8192, // many of cp's writes
 		"global/pg_control":   8192,
 		"pg_xact/0000":        8192,
 		"pg_logical/snapshot": 0,
