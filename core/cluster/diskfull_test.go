@@ -34,7 +34,7 @@ func TestPageserverDiskFull(t *testing.T) {
 	go ledger(ctx, url, 1, stop, done)
 
 	// 400 MB of table pages in 20 MB statements, with checkpoints: far
-	// more than the 64 MiB the pageserver has (full after 40-60 MB).
+	// more than the 64 MiB the pageserver has (full during the second).
 	full := false
 	for i := 0; i < 20 && !full; i++ {
 		if err := tryExec(ctx, url, "INSERT INTO filler SELECT g, repeat('x', 900) FROM generate_series(1, 20000) g"); err != nil {
