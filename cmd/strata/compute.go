@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stratadb/strata/core/compute/agent"
+	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/objstore"
@@ -73,7 +75,14 @@ safekeepers' replication role, created or updated at every start).`,
 				return err
 			}
 			if restartOnCrash {
-				return superviseSelf(cmd.Context(), "compute agent", readyFile, log)
+				// An agent killed while one of its threads waits on its own
+				// FUSE mount cannot finish dying until the mount's
+				// connection is aborted.
+				return superviseSelf(cmd.Context(), "compute agent", readyFile, func(pid int) {
+					if err := fusefs.MountpointCleanup(mountpoint); err != nil {
+						log.Error().Err(err).Int("pid", pid).Str("mountpoint", mountpoint).Msg("releasing the killed agent's FUSE mount")
+					}
+				}, log)
 			}
 			tl, err := pg.ParseTimelineID(timeline)
 			if err != nil {
@@ -133,8 +142,14 @@ safekeepers' replication role, created or updated at every start).`,
 			if err != nil {
 				return err
 			}
+			// A FUSE mount left at the mountpoint is a dead agent's (one
+			// agent per mountpoint): release it before binding, as a dead
+			// agent stuck on its own mount still holds its ports.
+			if err := fusefs.MountpointCleanup(mountpoint); err != nil {
+				log.Warn().Err(err).Str("mountpoint", mountpoint).Msg("releasing a mount left at the mountpoint")
+			}
 			if metricsAddr != "" {
-				lis, err := net.Listen("tcp", metricsAddr)
+				lis, err := listenRetry(metricsAddr, 5*time.Second)
 				if err != nil {
 					return err
 				}
@@ -233,4 +248,18 @@ func fetchWaits(ctx context.Context, addr string) (agent.Report, error) {
 	var r agent.Report
 	err = json.NewDecoder(resp.Body).Decode(&r)
 	return r, err
+}
+
+// listenRetry listens on addr, trying again for up to d while the address
+// is in use: a dead agent that MountpointCleanup just released frees its
+// ports a moment later, when it has exited.
+func listenRetry(addr string, d time.Duration) (net.Listener, error) {
+	deadline := time.Now().Add(d)
+	for {
+		lis, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			return lis, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

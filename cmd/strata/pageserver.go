@@ -81,7 +81,7 @@ names the timeline of the compute's non-relation files (pg_control, pg_xact,
 				return err
 			}
 			if restartOnCrash {
-				return superviseSelf(ctx, "pageserver", "", log)
+				return superviseSelf(ctx, "pageserver", "", nil, log)
 			}
 			reg := metrics.NewRegistry()
 			var store objectstore.Store

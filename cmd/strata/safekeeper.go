@@ -46,7 +46,7 @@ Postgres needs a replication user with a password, for example:
 			}
 			log = log.With().Str("safekeeper", cfg.ID).Logger()
 			if restartOnCrash {
-				return superviseSelf(cmd.Context(), "safekeeper "+cfg.ID, "", log)
+				return superviseSelf(cmd.Context(), "safekeeper "+cfg.ID, "", nil, log)
 			}
 			if cfg.Postgres == "" {
 				// strata up passes the replication password in the

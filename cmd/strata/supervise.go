@@ -22,8 +22,9 @@ const restartOnCrashFlag = "restart-on-crash"
 // good (readyFile exists, or without one it ran 10 s), SIGTERM passed on,
 // killed when the supervisor dies. A configuration error (exit status
 // exitConfig) is final; a panic (the Go runtime's exit status 2) is a
-// crash like any other.
-func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logger) error {
+// crash like any other. stuck, when not nil, releases a child that was
+// killed but cannot finish exiting (supervise.Options.Stuck).
+func superviseSelf(ctx context.Context, name, readyFile string, stuck func(pid int), log zerolog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -39,6 +40,7 @@ func superviseSelf(ctx context.Context, name, readyFile string, log zerolog.Logg
 		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
 		Name: name, Final: []int{exitConfig}, Log: log,
 		Started: func(pid int) { log.Info().Int("pid", pid).Msg(name + " started") },
+		Stuck:   stuck,
 	}
 	if readyFile != "" {
 		o.Ready = func() bool { _, err := os.Stat(readyFile); return err == nil }

@@ -264,6 +264,12 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return "", err
 	}
+	// The cluster is not running: a mount left at PGDATA is a dead
+	// agent's, and such an agent, killed while it waited on its own mount,
+	// holds its ports until the mount's connection is aborted.
+	if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+		progress("releasing a mount left at " + c.postgres().DataDir + ": " + err.Error())
+	}
 	if err := c.checkPorts(); err != nil {
 		return "", err
 	}
@@ -651,7 +657,9 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 				if err := p.Stop(timeout); err != nil && p.Alive() {
 					errs = append(errs, err)
 				}
-				fusefs.MountpointCleanup(c.postgres().DataDir)
+				if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 		}
@@ -659,8 +667,12 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 			errs = append(errs, err)
 		}
 		if p.Name == "compute" {
-			// An agent that had to be killed leaves its FUSE mount behind.
-			fusefs.MountpointCleanup(c.postgres().DataDir)
+			// An agent that had to be killed leaves its FUSE mount behind
+			// (and, killed while it waited on that mount, cannot exit
+			// until MountpointCleanup aborts the mount's connection).
+			if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

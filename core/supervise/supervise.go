@@ -28,6 +28,8 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,6 +66,14 @@ type Options struct {
 	Log             zerolog.Logger
 	// Started, when set, is called with the PID of every child started.
 	Started func(pid int)
+	// Stuck, when set, is called once for a child that has been Dying for
+	// StuckAfter (default 3 s): killed, but a thread of it waits in the
+	// kernel for something that only the dying process itself could
+	// answer, such as a FUSE server's request to its own mount. Stuck
+	// should release that (abort the FUSE connection), so that the child
+	// exits and is started again.
+	Stuck      func(pid int)
+	StuckAfter time.Duration
 }
 
 func (o *Options) defaults() {
@@ -81,6 +91,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxFailedStarts <= 0 {
 		o.MaxFailedStarts = 5
+	}
+	if o.StuckAfter <= 0 {
+		o.StuckAfter = 3 * time.Second
 	}
 }
 
@@ -138,11 +151,7 @@ func Run(ctx context.Context, o Options) error {
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
 		var werr error
-		select {
-		case werr = <-exited:
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			werr = <-exited
+		if stopped := o.wait(ctx, cmd.Process.Pid, exited, &werr); stopped {
 			o.Log.Info().Str("child", o.Name).Err(werr).Msg("stopped on request")
 			return nil
 		}
@@ -187,6 +196,70 @@ func Run(ctx context.Context, o Options) error {
 		}
 		restarts++
 	}
+}
+
+// wait waits for the child to exit (its Wait result in *werr), sending
+// it SIGTERM when ctx ends (stopped is then true), and calls o.Stuck once
+// if it stays Dying for o.StuckAfter.
+func (o *Options) wait(ctx context.Context, pid int, exited <-chan error, werr *error) (stopped bool) {
+	tick := time.NewTicker(o.StuckAfter / 6)
+	defer tick.Stop()
+	done := ctx.Done()
+	var dyingSince time.Time
+	called := false
+	for {
+		select {
+		case *werr = <-exited:
+			return stopped
+		case <-done:
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			stopped, done = true, nil
+		case <-tick.C:
+			if called || o.Stuck == nil {
+				continue
+			}
+			if !Dying(pid) {
+				dyingSince = time.Time{}
+				continue
+			}
+			if dyingSince.IsZero() {
+				dyingSince = time.Now()
+			}
+			if time.Since(dyingSince) >= o.StuckAfter {
+				o.Log.Warn().Str("child", o.Name).Int("pid", pid).Dur("dying_for", time.Since(dyingSince)).
+					Msg("child killed but not exiting (a thread waits in the kernel): releasing it")
+				o.Stuck(pid)
+				called = true
+			}
+		}
+	}
+}
+
+// Dying reports whether a SIGKILL is pending in any thread of process
+// pid: it was killed and has not finished exiting. For more than a moment
+// that means a thread waits, uninterruptibly, on something that the dying
+// process itself was to answer.
+func Dying(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "SigPnd" && k != "ShdPnd") {
+				continue
+			}
+			if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(syscall.SIGKILL-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func exitStatus(ps *os.ProcessState) (int, syscall.Signal) {

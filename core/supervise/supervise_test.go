@@ -266,3 +266,25 @@ func TestExitErrorNamesTheSignal(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// TestDying: a running child is not Dying, nor is a PID that does not
+// exist; a child killed but stuck in the kernel is (that case needs FUSE:
+// core/compute/fusefs TestMountpointCleanupFreesAStuckServer).
+func TestDying(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if Dying(cmd.Process.Pid) {
+		t.Fatalf("a sleeping child (pid %d) reads as dying", cmd.Process.Pid)
+	}
+	if Dying(os.Getpid()) {
+		t.Fatal("the test process reads as dying")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if Dying(cmd.Process.Pid) {
+		t.Fatal("a reaped child reads as dying")
+	}
+}

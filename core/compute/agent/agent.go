@@ -645,7 +645,9 @@ func (a *Agent) start(ctx context.Context) error {
 	a.mu.Unlock()
 
 	a.setState("mounting")
-	fusefs.MountpointCleanup(a.cfg.Mountpoint)
+	if err := fusefs.MountpointCleanup(a.cfg.Mountpoint); err != nil {
+		a.log.Warn().Err(err).Msg("releasing a mount left at the mountpoint")
+	}
 	// The postgres OS user must reach the mountpoint.
 	if err := os.MkdirAll(filepath.Dir(a.cfg.Mountpoint), 0o755); err != nil {
 		return err
@@ -1167,8 +1169,8 @@ func (a *Agent) teardown(clean bool) error {
 		if err := f.Unmount(); err != nil {
 			errs = append(errs, err)
 		}
-	} else {
-		fusefs.MountpointCleanup(a.cfg.Mountpoint)
+	} else if err := fusefs.MountpointCleanup(a.cfg.Mountpoint); err != nil {
+		errs = append(errs, err)
 	}
 	if l != nil {
 		_ = l.Close()

@@ -432,26 +432,3 @@ func (f *FS) copyAcross(ctx context.Context, src Backend, from string, size int6
 	}
 	return src.Remove(ctx, from, w)
 }
-
-// MountpointCleanup unmounts whatever is mounted at dir with a lazy unmount
-// (umount -l of exactly dir); for test cleanups after a failed Unmount.
-func MountpointCleanup(dir string) {
-	if mounted(dir) {
-		_ = exec.Command("umount", "-l", dir).Run()
-	}
-}
-
-func mounted(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	abs, _ := filepath.Abs(dir)
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) > 4 && fields[4] == abs {
-			return true
-		}
-	}
-	return false
-}
