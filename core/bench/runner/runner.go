@@ -397,7 +397,9 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 		res.Notes = append(res.Notes, "restarted to apply settings")
 	}
 	base := t.URL()
-	if err := tpcc.Clone(ctx, base, templateName(run), RunDB); err != nil {
+	if err := tpcc.Clone(ctx, base, templateName(run), RunDB, func(holders string) {
+		r.opts.Log.Info().Str("template", templateName(run)).Str("sessions", holders).Msg("the template has sessions (autoprewarm after a start?): waiting for them to leave before the clone")
+	}); err != nil {
 		return fail(err)
 	}
 	if err := ensureDatabase(ctx, base, MonitorDB); err != nil {

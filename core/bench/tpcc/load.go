@@ -2,12 +2,15 @@ package tpcc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sync/errgroup"
@@ -232,10 +235,22 @@ func DropDatabase(ctx context.Context, admin *pgx.Conn, db string) error {
 	return nil
 }
 
-// Clone creates database db as a file copy of template (which must have no
-// sessions), so every run starts from the same data; db is dropped first.
-// It checkpoints afterwards so that runs start right after a checkpoint.
-func Clone(ctx context.Context, base, template, db string) error {
+// CloneWait bounds how long Clone waits for the template's sessions to
+// leave.
+var CloneWait = 3 * time.Minute
+
+// Clone creates database db as a file copy of template, so every run starts
+// from the same data; db is dropped first. It checkpoints afterwards so
+// that runs start right after a checkpoint.
+//
+// The template must have no sessions, and right after a start it can have
+// one the bench did not open: the autoprewarm worker (the shared-buffers
+// strategy, and stock Postgres with pg_prewarm) connects to each database
+// whose blocks it loads, for as long as that takes. CREATE DATABASE waits
+// only 5 s for other sessions, so Clone tries again while the template is
+// in use (SQLSTATE 55006), up to CloneWait; waiting, when not nil, hears
+// once who holds it. The error after that names the sessions.
+func Clone(ctx context.Context, base, template, db string, waiting func(holders string)) error {
 	admin, err := Connect(ctx, base, "")
 	if err != nil {
 		return err
@@ -246,13 +261,60 @@ func Clone(ctx context.Context, base, template, db string) error {
 	}
 	q := fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s STRATEGY FILE_COPY",
 		pgx.Identifier{db}.Sanitize(), pgx.Identifier{template}.Sanitize())
-	if _, err := admin.Exec(ctx, q); err != nil {
-		return fmt.Errorf("tpcc: clone %s from %s: %w", db, template, err)
+	deadline := time.Now().Add(CloneWait)
+	told := false
+	for {
+		_, err := admin.Exec(ctx, q)
+		if err == nil {
+			break
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "55006" {
+			return fmt.Errorf("tpcc: clone %s from %s: %w", db, template, err)
+		}
+		holders := sessionsOn(ctx, admin, template)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("tpcc: clone %s from %s: the template still has sessions after %s (%s): %w", db, template, CloneWait, holders, err)
+		}
+		if !told && waiting != nil {
+			waiting(holders)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("tpcc: clone %s from %s: %w", db, template, ctx.Err())
+		case <-time.After(time.Second):
+		}
 	}
 	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return fmt.Errorf("tpcc: checkpoint: %w", err)
 	}
 	return nil
+}
+
+// sessionsOn names the sessions connected to db ("autoprewarm worker pid
+// 123, ..."), or says why it cannot.
+func sessionsOn(ctx context.Context, admin *pgx.Conn, db string) string {
+	rows, err := admin.Query(ctx, "SELECT coalesce(nullif(backend_type, 'client backend'), 'client '||coalesce(application_name, '')), pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", db)
+	if err != nil {
+		return "sessions unknown: " + err.Error()
+	}
+	var out []string
+	for rows.Next() {
+		var kind string
+		var pid int32
+		if err := rows.Scan(&kind, &pid); err != nil {
+			return "sessions unknown: " + err.Error()
+		}
+		out = append(out, fmt.Sprintf("%s pid %d", kind, pid))
+	}
+	if err := rows.Err(); err != nil {
+		return "sessions unknown: " + err.Error()
+	}
+	if len(out) == 0 {
+		return "no session left"
+	}
+	return strings.Join(out, ", ")
 }
 
 // DatabaseExists reports whether db exists and holds a loaded TPC-C schema

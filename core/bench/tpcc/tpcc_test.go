@@ -2,6 +2,7 @@ package tpcc
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,7 +90,7 @@ func TestLoadRunVerify(t *testing.T) {
 	}
 
 	const vus = 3
-	if err := Clone(ctx, base, "tpcc_tmpl", "tpcc"); err != nil {
+	if err := Clone(ctx, base, "tpcc_tmpl", "tpcc", nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(ctx, Options{Base: base, DB: "tpcc", Warehouses: 1, VUs: vus,
@@ -159,5 +160,54 @@ func TestLoadRunVerify(t *testing.T) {
 	}
 	if _, ok, _ := Verify(ctx, c); ok {
 		t.Fatal("Verify did not notice a broken d_next_o_id")
+	}
+}
+
+// TestCloneWaitsForTemplateSessions: a session on the template (as the
+// autoprewarm worker holds one right after a start) makes CREATE DATABASE
+// fail after its own 5 s; Clone waits for the session to leave and then
+// clones, and one that never leaves gives an error naming it.
+func TestCloneWaitsForTemplateSessions(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	ctx := context.Background()
+	base := srv.ConnString("postgres")
+	admin, err := Connect(ctx, base, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE tmpl"); err != nil {
+		t.Fatal(err)
+	}
+	hold := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, srv.ConnString("tmpl")+"&application_name=holder")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	// A session that leaves after 7 s: past CREATE DATABASE's own wait.
+	c := hold()
+	go func() { time.Sleep(7 * time.Second); c.Close(ctx) }()
+	var heard []string
+	t0 := time.Now()
+	if err := Clone(ctx, base, "tmpl", "run", func(h string) { heard = append(heard, h) }); err != nil {
+		t.Fatalf("clone after the session left: %v", err)
+	}
+	if len(heard) != 1 || !strings.Contains(heard[0], "client holder pid") {
+		t.Fatalf("waiting heard %q, want one report naming the holder", heard)
+	}
+	t.Logf("cloned after %s; waiting heard %q", time.Since(t0).Round(time.Millisecond), heard[0])
+
+	// A session that stays: the error names it.
+	c = hold()
+	defer c.Close(ctx)
+	old := CloneWait
+	CloneWait = time.Second
+	defer func() { CloneWait = old }()
+	err = Clone(ctx, base, "tmpl", "run", nil)
+	if err == nil || !strings.Contains(err.Error(), "client holder pid") || !strings.Contains(err.Error(), "55006") {
+		t.Fatalf("clone with a session that stays: %v", err)
 	}
 }

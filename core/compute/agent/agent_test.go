@@ -401,3 +401,28 @@ func tryQuery(url, sql string) string {
 	}
 	return v
 }
+
+// TestNewClusterWALOnFUSE: with compute.pg_wal fuse, initdb runs on the
+// mount (not on local scratch and copied: see Agent.initdb), and the new
+// cluster's pg_control and catalog are durable: a clean stop and a second
+// compute on new, empty folders find the table and its rows.
+func TestNewClusterWALOnFUSE(t *testing.T) {
+	r := startRig(t)
+	cfg1 := r.agentConfig("c1", StrategySharedBuffers)
+	cfg1.PGWal = PGWalFUSE
+	c1 := runAgent(t, cfg1)
+	if fi, err := os.Lstat(filepath.Join(cfg1.Mountpoint, "pg_wal")); err != nil || !fi.IsDir() {
+		t.Fatalf("pg_wal on the mount: %v, %v (want a folder, not a link)", fi, err)
+	}
+	exec(t, c1.url, "CREATE TABLE t (id int PRIMARY KEY)")
+	exec(t, c1.url, "INSERT INTO t SELECT generate_series(1, 500)")
+	c1.stop(t)
+
+	cfg2 := r.agentConfig("c2", StrategySharedBuffers)
+	cfg2.PGWal = PGWalFUSE
+	c2 := runAgent(t, cfg2)
+	if n := query(t, c2.url, "SELECT count(*)::text || ' ' || sum(id)::text FROM t"); n != "500 125250" {
+		t.Fatalf("second compute: %s", n)
+	}
+	amcheck(t, cfg2)
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,11 +80,11 @@ func mounted(dir string) bool {
 // agent, a supervisor whose agent died. It reads only /proc and
 // /sys, never the mount itself, so that it cannot hang on a dead one.
 //
-// A FUSE mount's connection is aborted first (AbortConnection). Without
+// A FUSE mount's connection is aborted first (abortConnection). Without
 // that, an agent killed while one of its own threads waited on its own
 // mount never finishes dying: the kernel waits for the answer from the
 // very process that is exiting, and the process keeps its ports and the
-// mount. The mount is then unmounted lazily (umount -l of exactly dir).
+// mount. The mount is then detached lazily (MNT_DETACH, as umount -l).
 func MountpointCleanup(dir string) error {
 	e, ok := mountAt(dir)
 	if !ok {
@@ -97,8 +96,8 @@ func MountpointCleanup(dir string) error {
 			errs = append(errs, err)
 		}
 	}
-	if out, err := exec.Command("umount", "-l", e.point).CombinedOutput(); err != nil {
-		errs = append(errs, fmt.Errorf("fusefs: umount -l %s: %v: %s", e.point, err, strings.TrimSpace(string(out))))
+	if err := syscall.Unmount(e.point, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		errs = append(errs, fmt.Errorf("fusefs: lazy unmount of %s: %w", e.point, err))
 	}
 	return errors.Join(errs...)
 }
