@@ -29,7 +29,7 @@ func mountAt(dir string) (mountEntry, bool) {
 	if err != nil {
 		return mountEntry{}, false
 	}
-	abs, _ := filepath.Abs(dir)
+	abs := mountPath(dir)
 	var found mountEntry
 	ok := false
 	for _, line := range strings.Split(string(b), "\n") {
@@ -48,6 +48,21 @@ func mountAt(dir string) (mountEntry, bool) {
 		found, ok = e, true
 	}
 	return found, ok
+}
+
+// mountPath is dir as mountinfo names it: absolute, with the links of its
+// parent folders resolved (a data folder under a linked /tmp or /work).
+// dir itself is never looked at: a dead FUSE mount there would hang or fail
+// the lookup.
+func mountPath(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return dir
+	}
+	if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(parent, filepath.Base(abs))
+	}
+	return abs
 }
 
 // unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).

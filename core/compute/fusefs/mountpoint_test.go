@@ -261,3 +261,41 @@ func TestSupervisorReleasesAStuckChild(t *testing.T) {
 		t.Fatalf("%s is still mounted", mnt)
 	}
 }
+
+// TestMountpointCleanupThroughALinkedParent: a mountpoint named through a
+// link to its parent folder (a data folder under a linked /work or /tmp)
+// is found and detached; mountinfo names only the resolved path. A tmpfs
+// stands in for the mount: the lookup does not depend on its type.
+func TestMountpointCleanupThroughALinkedParent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	mnt := filepath.Join(target, "pgdata")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+
+	viaLink := filepath.Join(link, "pgdata")
+	if !mounted(viaLink) {
+		t.Fatalf("the mount at %s is not found through %s", mnt, viaLink)
+	}
+	if err := MountpointCleanup(viaLink); err != nil {
+		t.Fatal(err)
+	}
+	if mounted(mnt) {
+		t.Fatalf("%s is still mounted after MountpointCleanup(%s)", mnt, viaLink)
+	}
+	// Nothing mounted: a no-op.
+	if err := MountpointCleanup(viaLink); err != nil {
+		t.Fatalf("second cleanup: %v", err)
+	}
+}
