@@ -4,8 +4,9 @@
 // and p95 latency over virtual users, the wait-event profile by number of
 // users, WAL per transaction and full-page-image share, cache hit rates.
 // Repeats are summarized as median and range; a configuration counts only
-// when its p95 is within the latency rule; runs where other processes used
-// more than 10% of the machine are flagged.
+// when its p95 is within the latency rule; runs where other processes, or
+// the hypervisor's steal, took more than the noise share of the machine
+// (runner.CPUNoisePct) are flagged.
 package report
 
 import (
@@ -71,6 +72,9 @@ type Data struct {
 	Title    string
 	Workload string // tpcc, pgbench or mixed
 	P95Limit float64
+	// NoisePct is the share of the machine that other processes or the
+	// hypervisor's steal may take before a run counts as noisy.
+	NoisePct float64
 	Series   []*Series
 	Runs     []*results.Run
 }
@@ -85,7 +89,7 @@ func (d *Data) ThroughputName() string {
 
 // Aggregate groups runs into series and points. p95Limit is in ms.
 func Aggregate(title string, runs []*results.Run, p95Limit float64, noisePct float64) *Data {
-	d := &Data{Title: title, P95Limit: p95Limit, Runs: runs}
+	d := &Data{Title: title, P95Limit: p95Limit, NoisePct: noisePct, Runs: runs}
 	kinds := map[string]bool{}
 	bySeries := map[string]map[int]*Point{}
 	var order []string

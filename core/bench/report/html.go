@@ -90,8 +90,8 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.rng{color:#777;font-size:11px}
 .bad{color:#b00;font-weight:bold}.warn{color:#a60}.charts{display:flex;flex-wrap:wrap;gap:12px}
 .charts svg{border:1px solid #eee}
 </style></head><body>`, esc(d.Title))
-	fmt.Fprintf(&b, `<h1>%s</h1><p>%d runs. Generated %s. Latency rule: a configuration counts only with p95 ≤ %.0f ms. Runs where other processes used more than 10%% of the machine are flagged <span class="warn">noisy</span>.</p>`,
-		esc(d.Title), len(d.Runs), time.Now().UTC().Format(time.RFC3339), d.P95Limit)
+	fmt.Fprintf(&b, `<h1>%s</h1><p>%d runs. Generated %s. Latency rule: a configuration counts only with p95 ≤ %.0f ms. Runs where other processes, or the hypervisor's steal, took more than %.0f%% of the machine are flagged <span class="warn">noisy</span>.</p>`,
+		esc(d.Title), len(d.Runs), time.Now().UTC().Format(time.RFC3339), d.P95Limit, d.NoisePct)
 
 	b.WriteString(`<h2>Best configuration per series (within the latency rule)</h2><table><tr><th class="l">series</th><th>VUs</th><th>` + d.ThroughputName() + `</th><th>p95 ms</th></tr>`)
 	for _, s := range d.Series {

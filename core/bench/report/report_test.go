@@ -92,7 +92,7 @@ func TestAggregate(t *testing.T) {
 }
 
 func writeReport(t *testing.T) (string, *Data) {
-	d := Aggregate("FPW test", fakeRuns(), 20, 10)
+	d := Aggregate("FPW test", fakeRuns(), 20, 7)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.html")
 	var buf bytes.Buffer
@@ -107,6 +107,11 @@ func writeReport(t *testing.T) (string, *Data) {
 	}
 	if regexp.MustCompile(`(src|href)="http`).MatchString(buf.String()) {
 		t.Fatal("report loads external resources")
+	}
+	// The header states the noise rule that flagged the runs: the share
+	// given to Aggregate, for other processes and for steal.
+	if !strings.Contains(buf.String(), "steal, took more than 7% of the machine") {
+		t.Fatal("the report's header does not state the noise rule (7%, other processes or steal)")
 	}
 	return path, d
 }
