@@ -110,16 +110,26 @@ prewarm: true
 }
 
 // TestHeadline: a run's line names the hypervisor's steal when there was
-// some, so that a slow run on a busy host explains itself.
+// some, and says "noisy" when steal or other processes took more than the
+// noise share, so that a slow run on a busy host explains itself.
 func TestHeadline(t *testing.T) {
 	r := &results.Run{Workload: "tpcc", NOPM: 15000, TPM: 34000, P95: 20.1, Status: "ok",
 		Metrics: map[string]float64{"cpu_other_pct": 2, "cpu_steal_pct": 0.4}}
 	if h := Headline(r); strings.Contains(h, "steal") || !strings.HasSuffix(h, "other-CPU 2% [ok]") {
 		t.Fatalf("quiet host: %q", h)
 	}
+	r.Metrics["cpu_steal_pct"] = 8
+	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 2% steal 8% [ok]") {
+		t.Fatalf("some steal, under the noise share: %q", h)
+	}
 	r.Metrics["cpu_steal_pct"] = 31
-	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 2% steal 31% [ok]") {
+	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 2% steal 31% [ok, noisy]") {
 		t.Fatalf("busy host: %q", h)
+	}
+	r.Metrics["cpu_steal_pct"] = 0
+	r.Metrics["cpu_other_pct"] = 25
+	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 25% [ok, noisy]") {
+		t.Fatalf("other processes: %q", h)
 	}
 }
 
