@@ -87,6 +87,14 @@ func (d *Data) ThroughputName() string {
 	return "NOPM"
 }
 
+// Noisy reports whether other processes or the hypervisor's steal took
+// more than pct percent of the machine during the run's window: its
+// figures are lower than the machine's, and comparing it with a quiet run
+// says more about the host than about the configurations.
+func Noisy(r *results.Run, pct float64) bool {
+	return r.Metrics["cpu_other_pct"] > pct || r.Metrics["cpu_steal_pct"] > pct
+}
+
 // Aggregate groups runs into series and points. p95Limit is in ms.
 func Aggregate(title string, runs []*results.Run, p95Limit float64, noisePct float64) *Data {
 	d := &Data{Title: title, P95Limit: p95Limit, NoisePct: noisePct, Runs: runs}
@@ -167,7 +175,7 @@ func (p *Point) fill(workload string, p95Limit, noisePct float64) {
 				*dst = append(*dst, v)
 			}
 		}
-		if r.Metrics["cpu_other_pct"] > noisePct || r.Metrics["cpu_steal_pct"] > noisePct {
+		if Noisy(r, noisePct) {
 			p.Noisy++
 		}
 		if ticks := r.Metrics["wait_ticks"]; ticks > 0 {

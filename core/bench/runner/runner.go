@@ -168,20 +168,12 @@ func Headline(r *results.Run) string {
 	if v := r.Metrics["cpu_steal_pct"]; v >= 1 {
 		s += fmt.Sprintf(" steal %.0f%%", v)
 	}
-	if Noisy(r) {
+	if report.Noisy(r, CPUNoisePct) {
 		s += fmt.Sprintf(" [%s, noisy]", r.Status)
 	} else {
 		s += fmt.Sprintf(" [%s]", r.Status)
 	}
 	return s
-}
-
-// Noisy reports whether other processes or the hypervisor's steal took
-// more than CPUNoisePct of the machine during the run's window: its
-// figures are lower than the machine's, and comparing it with a quiet
-// run says more about the host than about the configurations.
-func Noisy(r *results.Run) bool {
-	return r.Metrics["cpu_other_pct"] > CPUNoisePct || r.Metrics["cpu_steal_pct"] > CPUNoisePct
 }
 
 func (r *Runner) printLine(s string) {
