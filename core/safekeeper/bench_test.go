@@ -1,10 +1,16 @@
 package safekeeper
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
 	"github.com/stratadb/strata/core/safekeeper/server"
@@ -102,4 +108,125 @@ func BenchmarkPgbenchCommitLatency(b *testing.B) {
 	}
 	b.Run("safekeepers=0", func(b *testing.B) { run(b, false) })
 	b.Run("safekeepers=3", func(b *testing.B) { run(b, true) })
+}
+
+// BenchmarkReceiverCPU: the CPU that three synchronous WAL receivers take
+// per transaction, strata's safekeepers (each its own process) against
+// three `pg_receivewal --synchronous`, for the same Postgres with
+// synchronous_standby_names = 'ANY 2 (...)' and the same pgbench load
+// (scale 10, 8 clients, 20 s; 60 s with STRATA_LONG_TESTS=1). CPU is
+// utime+stime of the receiver processes from /proc over the run, so other
+// load on the machine changes the TPS but not much the CPU per
+// transaction. Run with -benchtime=1x.
+//
+//	go test ./core/safekeeper -run XXX -bench ReceiverCPU -benchtime 1x
+func BenchmarkReceiverCPU(b *testing.B) {
+	dur := "20"
+	if longTests() {
+		dur = "60"
+	}
+	run := func(b *testing.B, srv *pgtest.Server, pids []int) {
+		if out, err := srv.Pgbench("-i", "-q", "-s", "10", "postgres"); err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			srv.Exec("postgres", "CHECKPOINT")
+			lsn0 := testpg.FlushLSN(b, srv)
+			cpu0, sys0 := procCPU(b, pids), procSyscalls(b, pids)
+			out, err := srv.Pgbench("-c", "8", "-j", "2", "-N", "-T", dur, "postgres")
+			if err != nil {
+				b.Fatalf("%v\n%s", err, out)
+			}
+			cpu, sys := procCPU(b, pids)-cpu0, procSyscalls(b, pids)-sys0
+			wal := float64(testpg.FlushLSN(b, srv) - lsn0)
+			xacts, _ := strconv.ParseFloat(xactsRE.FindStringSubmatch(out)[1], 64)
+			tps, _ := strconv.ParseFloat(tpsRE.FindStringSubmatch(out)[1], 64)
+			if xacts == 0 || wal == 0 {
+				b.Fatalf("no transactions or no WAL:\n%s", out)
+			}
+			b.ReportMetric(cpu.Seconds()*1e6/xacts, "recv-cpu-us/txn")
+			b.ReportMetric(cpu.Seconds()/(wal/(1<<20)), "recv-cpu-s/MB")
+			b.ReportMetric(float64(sys)/xacts, "recv-rw-calls/txn")
+			b.ReportMetric(tps, "tps")
+		}
+	}
+	b.Run("receivers=pg_receivewal", func(b *testing.B) {
+		srv := testpg.Start(b, testpg.Options{Sync: "ANY 2 (r1, r2, r3)"})
+		var pids []int
+		for i := 1; i <= 3; i++ {
+			cmd := exec.Command(pgtest.Bin("pg_receivewal"), "-D", b.TempDir(), "--synchronous", "--no-loop",
+				"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=r%d", srv.Port, testpg.ReplUser, i))
+			cmd.Env = append(os.Environ(), "PGPASSWORD="+testpg.ReplPassword)
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			pids = append(pids, cmd.Process.Pid)
+		}
+		waitSync(b, srv, 3)
+		run(b, srv, pids)
+	})
+	b.Run("receivers=safekeepers", func(b *testing.B) {
+		// The production defaults of the intervals, not the tests' short
+		// ones; no archiving (pg_receivewal does none).
+		c := startProcCluster(b, "--status-interval", "1s", "--control-sync-interval", "1s", "--archive=false")
+		waitSync(b, c.srv, 3)
+		var pids []int
+		c.mu.Lock()
+		for _, cmd := range c.cmds {
+			pids = append(pids, cmd.Process.Pid)
+		}
+		c.mu.Unlock()
+		run(b, c.srv, pids)
+	})
+}
+
+// procSyscalls is the read and write system calls (syscr + syscw of
+// /proc/PID/io: file and socket I/O, fsync not counted) the processes
+// have made so far.
+func procSyscalls(t testing.TB, pids []int) int64 {
+	t.Helper()
+	var n int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ": ")
+			if ok && (k == "syscr" || k == "syscw") {
+				c, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("/proc/%d/io: %v", pid, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+var xactsRE = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
+
+// procCPU is the user plus system CPU the processes have used so far.
+func procCPU(t testing.TB, pids []int) time.Duration {
+	t.Helper()
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The command name (field 2) may hold spaces: count from its end.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		for _, s := range f[11:13] { // utime, stime: fields 14 and 15
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/stat: %v", pid, err)
+			}
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

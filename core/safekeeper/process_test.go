@@ -29,7 +29,7 @@ var (
 )
 
 // skprocBinary builds core/safekeeper/internal/skproc once per test run.
-func skprocBinary(t *testing.T) string {
+func skprocBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "strata-skproc-")
@@ -56,7 +56,7 @@ func skprocBinary(t *testing.T) string {
 
 // procCluster is Postgres plus three safekeeper processes.
 type procCluster struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *pgtest.Server
 	bin     string
 	addrs   []string
@@ -64,10 +64,13 @@ type procCluster struct {
 	archive string
 	mu      sync.Mutex
 	cmds    []*exec.Cmd
+	// args are extra flags for every safekeeper (the later of two equal
+	// flags wins).
+	args []string
 }
 
-func startProcCluster(t *testing.T) *procCluster {
-	c := &procCluster{t: t, bin: skprocBinary(t), archive: t.TempDir()}
+func startProcCluster(t testing.TB, args ...string) *procCluster {
+	c := &procCluster{t: t, bin: skprocBinary(t), archive: t.TempDir(), args: args}
 	c.srv = testpg.Start(t, testpg.Options{Sync: "ANY 2 (sk1, sk2, sk3)"})
 	for i := 0; i < 3; i++ {
 		c.addrs = append(c.addrs, fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t)))
@@ -110,6 +113,7 @@ func (c *procCluster) start(i int) {
 		"--postgres", testpg.ReplConnString(c.srv), "--peers", strings.Join(peers, ","),
 		"--status-interval", "200ms", "--reconnect-delay", "200ms", "--control-sync-interval", "200ms",
 		"--archive", "--archive-dir", c.archive, "--archive-keep-local", "--archive-partial-after", "1s")
+	cmd.Args = append(cmd.Args, c.args...)
 	logf, err := os.OpenFile(filepath.Join(c.dirs[i], "..", fmt.Sprintf("sk%d.log", i+1)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		c.t.Fatal(err)
@@ -188,7 +192,7 @@ type ledger struct {
 	done   chan struct{}
 }
 
-func startLedger(t *testing.T, srv *pgtest.Server, clients int) *ledger {
+func startLedger(t testing.TB, srv *pgtest.Server, clients int) *ledger {
 	srv.Exec("postgres", "CREATE TABLE IF NOT EXISTS ledger (id bigserial PRIMARY KEY, payload text NOT NULL)")
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &ledger{cancel: cancel, done: make(chan struct{})}
