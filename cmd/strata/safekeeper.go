@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/spf13/cobra"
 
+	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/safekeeper"
@@ -19,6 +22,7 @@ func newSafekeeperCmd(a *app) *cobra.Command {
 	cfg := safekeeper.DefaultConfig()
 	var archiveDir string
 	var restartOnCrash bool
+	var gomaxprocs int
 	cmd := &cobra.Command{
 		Use:   "safekeeper",
 		Short: "Run a WAL safekeeper (the pg-stream replication plugin)",
@@ -45,8 +49,14 @@ Postgres needs a replication user with a password, for example:
 				return err
 			}
 			log = log.With().Str("safekeeper", cfg.ID).Logger()
+			if gomaxprocs < 0 {
+				return fmt.Errorf("%w: --gomaxprocs %d: want 0 (Go's default) or more", config.ErrInvalid, gomaxprocs)
+			}
 			if restartOnCrash {
 				return superviseSelf(cmd.Context(), "safekeeper "+cfg.ID, "", nil, log)
+			}
+			if gomaxprocs > 0 {
+				runtime.GOMAXPROCS(gomaxprocs)
 			}
 			if cfg.Postgres == "" {
 				// strata up passes the replication password in the
@@ -77,6 +87,7 @@ Postgres needs a replication user with a password, for example:
 		},
 	}
 	safekeeper.BindFlags(cmd.Flags(), &cfg)
+	cmd.Flags().IntVar(&gomaxprocs, "gomaxprocs", 0, "Go scheduler processors (0: Go's default, one per core; strata up passes cluster.safekeeper_gomaxprocs, default 1)")
 	cmd.Flags().BoolVar(&restartOnCrash, restartOnCrashFlag, false, "run the safekeeper as a child process and start it again when it dies (kill -9, a crash) after it ran 10 s; killing this process kills the safekeeper")
 	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "archive into an fs object store at this folder instead of the config's objectstore (with --archive)")
 	return cmd

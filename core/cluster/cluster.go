@@ -523,6 +523,14 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Proc{}, err
 	}
+	// The replication password travels in the environment, not in argv
+	// (which any user can read in /proc).
+	env := []string{"STRATA_SAFEKEEPER_POSTGRES=" + fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", ReplUser, replPW, c.cfg.Compute.Port)}
+	return startDetached("safekeeper "+id, c.strata, c.safekeeperArgs(i, id, dir), filepath.Join(dir, "safekeeper.log"), env)
+}
+
+// safekeeperArgs is the command line of safekeeper i (ID id, folder dir).
+func (c *Cluster) safekeeperArgs(i int, id, dir string) []string {
 	var peers []string
 	for j := range c.safekeeperIDs() {
 		if j != i {
@@ -549,13 +557,13 @@ func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {
 	if a := c.metricsAddr(i); a != "" {
 		args = append(args, "--metrics-addr", a)
 	}
+	if n := c.cfg.Cluster.SafekeeperGOMAXPROCS; n > 0 {
+		args = append(args, "--gomaxprocs", strconv.Itoa(n))
+	}
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)
 	}
-	// The replication password travels in the environment, not in argv
-	// (which any user can read in /proc).
-	env := []string{"STRATA_SAFEKEEPER_POSTGRES=" + fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", ReplUser, replPW, c.cfg.Compute.Port)}
-	return startDetached("safekeeper "+id, c.strata, args, filepath.Join(dir, "safekeeper.log"), env)
+	return args
 }
 
 // SafekeeperRetain is how much archived WAL each safekeeper of a

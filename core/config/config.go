@@ -130,6 +130,14 @@ type Cluster struct {
 	// PageserverPort is the pageserver's gRPC port (default 0: the port
 	// after the safekeepers', safekeeper_port + safekeepers).
 	PageserverPort int `mapstructure:"pageserver_port"`
+	// SafekeeperGOMAXPROCS is the Go scheduler's processor count of each
+	// safekeeper `strata up` starts (`strata safekeeper --gomaxprocs`;
+	// default 1, 0: Go's default, one per core). A safekeeper spends its
+	// time in system calls; with one processor its goroutines hand work to
+	// each other on one thread instead of waking idle threads on other
+	// cores, which on a machine shared with Postgres cost 15% of its CPU
+	// (docs/benchmarks.md, Safekeepers).
+	SafekeeperGOMAXPROCS int `mapstructure:"safekeeper_gomaxprocs"`
 }
 
 // PageserverGRPCPort returns the pageserver's port (PageserverPort, or the
@@ -324,7 +332,7 @@ var ObjectStoreTypes = []string{"fs", "s3", "gcs", "azure"}
 // the embedded single-machine cluster under ./.strata.
 func Default() Config {
 	return Config{
-		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676},
+		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1},
 		Compute: Compute{
 			Port:           55432,
 			OSUser:         "postgres",
@@ -380,6 +388,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Cluster.DataDir == "" {
 		errs = append(errs, errors.New("cluster.data_dir: required"))
+	}
+	if c.Cluster.SafekeeperGOMAXPROCS < 0 {
+		errs = append(errs, fmt.Errorf("cluster.safekeeper_gomaxprocs: %d: want 0 (Go's default) or more", c.Cluster.SafekeeperGOMAXPROCS))
 	}
 	if c.Cluster.Safekeepers < 1 || c.Cluster.Safekeepers > 9 {
 		errs = append(errs, fmt.Errorf("cluster.safekeepers: %d: want 1 to 9", c.Cluster.Safekeepers))

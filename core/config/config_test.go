@@ -45,8 +45,12 @@ func TestDefaultsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ObjectStore.Type != "fs" || cfg.Log.Level != "info" {
+	if cfg.ObjectStore.Type != "fs" || cfg.Log.Level != "info" || cfg.Cluster.SafekeeperGOMAXPROCS != 1 {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+	cfg, err = LoadEnv("", []string{"STRATA_CLUSTER_SAFEKEEPER_GOMAXPROCS=0"})
+	if err != nil || cfg.Cluster.SafekeeperGOMAXPROCS != 0 {
+		t.Fatalf("cluster.safekeeper_gomaxprocs from the environment: %+v, %v", cfg.Cluster, err)
 	}
 }
 
@@ -105,6 +109,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"negative pitr", "storage:\n  pitr: -5m\n", nil, []string{"storage.pitr", "-5m"}},
 		{"bad gc horizon", "storage:\n  gc_horizon: plenty\n", nil, []string{"storage.gc_horizon", "plenty"}},
 		{"bad pageserver port", "cluster:\n  pageserver_port: 70000\n", nil, []string{"cluster.pageserver_port", "70000"}},
+		{"negative safekeeper gomaxprocs", "cluster:\n  safekeeper_gomaxprocs: -2\n", nil, []string{"cluster.safekeeper_gomaxprocs", "-2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.yaml)

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/internal/pgtest"
+)
+
+// TestSafekeeperGOMAXPROCS: `strata safekeeper --gomaxprocs N` runs the
+// safekeeper's Go scheduler with N processors (its /metrics say so), 0
+// leaves Go's default, and a negative value is a configuration error.
+func TestSafekeeperGOMAXPROCS(t *testing.T) {
+	bin := buildStrata(t)
+	gomaxprocs := func(n string) string {
+		t.Helper()
+		maddr := pgtest.FreeAddr(t)
+		cmd := exec.Command(bin, "safekeeper", "--id", "sk1", "--data-dir", t.TempDir(),
+			"--listen", pgtest.FreeAddr(t), "--metrics-addr", maddr, "--gomaxprocs", n)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		defer func() { _ = cmd.Process.Kill(); <-done }()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if resp, err := http.Get("http://" + maddr + "/metrics"); err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, line := range strings.Split(string(body), "\n") {
+					if v, ok := strings.CutPrefix(line, "go_sched_gomaxprocs_threads "); ok {
+						return v
+					}
+				}
+				t.Fatalf("no go_sched_gomaxprocs_threads in the safekeeper's /metrics:\n%s", body)
+			}
+			select {
+			case <-done:
+				t.Fatalf("strata safekeeper exited: %s", stderr.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no /metrics on %s within 30 s: %s", maddr, stderr.String())
+			}
+		}
+	}
+	if got := gomaxprocs("1"); got != "1" {
+		t.Errorf("--gomaxprocs 1: the safekeeper runs with GOMAXPROCS %s", got)
+	}
+	if got := gomaxprocs("3"); got != "3" {
+		t.Errorf("--gomaxprocs 3: the safekeeper runs with GOMAXPROCS %s", got)
+	}
+	_, e, code := run(t, bin, t.TempDir(), nil, "safekeeper", "--id", "sk1", "--data-dir", t.TempDir(), "--gomaxprocs", "-1")
+	if code != exitConfig || !strings.Contains(e, "--gomaxprocs -1") {
+		t.Errorf("--gomaxprocs -1: exit %d, want %d and a message naming the flag (%q)", code, exitConfig, e)
+	}
+}

@@ -1,0 +1,34 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+)
+
+// TestSafekeeperArgs: strata up passes cluster.safekeeper_gomaxprocs to
+// each safekeeper (default 1), and nothing for 0 (Go's default).
+func TestSafekeeperArgs(t *testing.T) {
+	cfg := config.Default()
+	cfg.Cluster.DataDir = t.TempDir()
+	c, err := New(&cfg, "strata", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := c.safekeeperArgs(1, "sk2", "/x/sk2")
+	i := slices.Index(args, "--gomaxprocs")
+	if i < 0 || i+1 >= len(args) || args[i+1] != "1" {
+		t.Errorf("default: %s; want --gomaxprocs 1", strings.Join(args, " "))
+	}
+	if !slices.Contains(args, "sk2") || !strings.Contains(strings.Join(args, " "), "--peers 127.0.0.1:7676,127.0.0.1:7678") {
+		t.Errorf("default: %s; want sk2 with sk1 and sk3 as peers", strings.Join(args, " "))
+	}
+	cfg.Cluster.SafekeeperGOMAXPROCS = 0
+	if args := c.safekeeperArgs(0, "sk1", "/x/sk1"); slices.Contains(args, "--gomaxprocs") {
+		t.Errorf("safekeeper_gomaxprocs 0: %s; want no --gomaxprocs", strings.Join(args, " "))
+	}
+}
