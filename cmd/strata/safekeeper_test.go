@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +58,10 @@ func TestSafekeeperGOMAXPROCS(t *testing.T) {
 	}
 	if got := gomaxprocs("3"); got != "3" {
 		t.Errorf("--gomaxprocs 3: the safekeeper runs with GOMAXPROCS %s", got)
+	}
+	// Go's default on this machine is what this test process has.
+	if got, want := gomaxprocs("0"), strconv.Itoa(runtime.GOMAXPROCS(0)); got != want {
+		t.Errorf("--gomaxprocs 0: the safekeeper runs with GOMAXPROCS %s, want Go's default %s", got, want)
 	}
 	_, e, code := run(t, bin, t.TempDir(), nil, "safekeeper", "--id", "sk1", "--data-dir", t.TempDir(), "--gomaxprocs", "-1")
 	if code != exitConfig || !strings.Contains(e, "--gomaxprocs -1") {

@@ -140,8 +140,12 @@ func BenchmarkReceiverCPU(b *testing.B) {
 			}
 			cpu, sys := procCPU(b, pids)-cpu0, procSyscalls(b, pids)-sys0
 			wal := float64(testpg.FlushLSN(b, srv) - lsn0)
-			xacts, _ := strconv.ParseFloat(xactsRE.FindStringSubmatch(out)[1], 64)
-			tps, _ := strconv.ParseFloat(tpsRE.FindStringSubmatch(out)[1], 64)
+			xm, tm := xactsRE.FindStringSubmatch(out), tpsRE.FindStringSubmatch(out)
+			if xm == nil || tm == nil {
+				b.Fatalf("no transaction count or TPS in pgbench's output:\n%s", out)
+			}
+			xacts, _ := strconv.ParseFloat(xm[1], 64)
+			tps, _ := strconv.ParseFloat(tm[1], 64)
 			if xacts == 0 || wal == 0 {
 				b.Fatalf("no transactions or no WAL:\n%s", out)
 			}
