@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,26 +20,10 @@ import (
 )
 
 // startPS starts `strata pageserver` and waits until it answers.
-func startPS(t *testing.T, bin, dir string, args ...string) (*exec.Cmd, *client.Client) {
+func startPS(t *testing.T, bin, dir string, args ...string) (*testServer, *client.Client) {
 	t.Helper()
 	addr := pgtest.FreeAddr(t)
-	cmd := exec.Command(bin, append([]string{"pageserver", "--no-object-store", "--metrics-addr", "", "--listen", addr}, args...)...)
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	srv := startServer(t, bin, dir, append([]string{"pageserver", "--no-object-store", "--metrics-addr", "", "--listen", addr}, args...)...)
 	c, err := client.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -52,15 +35,13 @@ func startPS(t *testing.T, bin, dir string, args ...string) (*exec.Cmd, *client.
 		_, err := c.ListTimelines(ctx)
 		cancel()
 		if err == nil {
-			return cmd, c
+			return srv, c
 		}
-		select {
-		case <-done:
-			t.Fatalf("strata pageserver exited: %s", stderr.String())
-		default:
+		if srv.exited() {
+			t.Fatalf("strata pageserver exited: %s", srv.stderr.String())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("strata pageserver does not answer: %v\n%s", err, stderr.String())
+			t.Fatalf("strata pageserver does not answer: %v\n%s", err, srv.stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -82,7 +63,7 @@ func TestPageserverCommandKill9(t *testing.T) {
 	ctx := context.Background()
 	tl := pg.TimelineID{0xC1}
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	cmd, c := startPS(t, bin, dir, "--data-dir", data)
+	ps, c := startPS(t, bin, dir, "--data-dir", data)
 	if _, err := c.CreateTimeline(ctx, tl); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +78,7 @@ func TestPageserverCommandKill9(t *testing.T) {
 	if err != nil || ack.Durable >= 200 || ack.Incarnation == 0 {
 		t.Fatalf("pending write: %+v %v", ack, err)
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	ps.stop() // SIGKILL, and the wait for it to be gone
 	_, c2 := startPS(t, bin, dir, "--data-dir", data)
 	d, err := c2.GetDurable(ctx, tl)
 	if err != nil || d.Incarnation == ack.Incarnation || d.Durable < 100 {
@@ -126,14 +105,9 @@ func TestPageserverDiskFreeMetric(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var free float64
-	found := false
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "strata_pageserver_disk_free_bytes "); ok {
-			free, err = strconv.ParseFloat(v, 64)
-			found = err == nil
-		}
-	}
+	v, found := metricValue(string(body), "strata_pageserver_disk_free_bytes")
+	free, err := strconv.ParseFloat(v, 64)
+	found = found && err == nil
 	if !found || free <= 0 || free > 32<<20 {
 		t.Fatalf("strata_pageserver_disk_free_bytes = %g (found %v); want the free part of a 32 MiB tmpfs", free, found)
 	}

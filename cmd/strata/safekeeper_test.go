@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"io"
 	"net/http"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,34 +20,23 @@ func TestSafekeeperGOMAXPROCS(t *testing.T) {
 	gomaxprocs := func(n string) string {
 		t.Helper()
 		maddr := pgtest.FreeAddr(t)
-		cmd := exec.Command(bin, "safekeeper", "--id", "sk1", "--data-dir", t.TempDir(),
+		srv := startServer(t, bin, "", "safekeeper", "--id", "sk1", "--data-dir", t.TempDir(),
 			"--listen", pgtest.FreeAddr(t), "--metrics-addr", maddr, "--gomaxprocs", n)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		defer func() { _ = cmd.Process.Kill(); <-done }()
+		defer srv.stop()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			if resp, err := http.Get("http://" + maddr + "/metrics"); err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				for _, line := range strings.Split(string(body), "\n") {
-					if v, ok := strings.CutPrefix(line, "go_sched_gomaxprocs_threads "); ok {
-						return v
-					}
+				if v, ok := metricValue(string(body), "go_sched_gomaxprocs_threads"); ok {
+					return v
 				}
 				t.Fatalf("no go_sched_gomaxprocs_threads in the safekeeper's /metrics:\n%s", body)
 			}
-			select {
-			case <-done:
-				t.Fatalf("strata safekeeper exited: %s", stderr.String())
-			default:
+			if srv.exited() {
+				t.Fatalf("strata safekeeper exited: %s", srv.stderr.String())
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no /metrics on %s within 30 s: %s", maddr, stderr.String())
+				t.Fatalf("no /metrics on %s within 30 s: %s", maddr, srv.stderr.String())
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package safekeeper
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -133,12 +132,13 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			srv.Exec("postgres", "CHECKPOINT")
 			lsn0 := testpg.FlushLSN(b, srv)
-			cpu0, sys0 := procCPU(b, pids), procSyscalls(b, pids)
+			cpu0, sys0 := procUsage(b, pids)
 			out, err := srv.Pgbench("-c", "8", "-j", "2", "-N", "-T", dur, "postgres")
 			if err != nil {
 				b.Fatalf("%v\n%s", err, out)
 			}
-			cpu, sys := procCPU(b, pids)-cpu0, procSyscalls(b, pids)-sys0
+			cpu1, sys1 := procUsage(b, pids)
+			cpu, sys := cpu1-cpu0, sys1-sys0
 			wal := float64(testpg.FlushLSN(b, srv) - lsn0)
 			xm, tm := xactsRE.FindStringSubmatch(out), tpsRE.FindStringSubmatch(out)
 			if xm == nil || tm == nil {
@@ -186,51 +186,40 @@ func BenchmarkReceiverCPU(b *testing.B) {
 	})
 }
 
-// procSyscalls is the read and write system calls (syscr + syscw of
-// /proc/PID/io: file and socket I/O, fsync not counted) the processes
-// have made so far.
-func procSyscalls(t testing.TB, pids []int) int64 {
-	t.Helper()
-	var n int64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, ": ")
-			if ok && (k == "syscr" || k == "syscw") {
-				c, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("/proc/%d/io: %v", pid, err)
-				}
-				n += c
-			}
-		}
-	}
-	return n
-}
-
 var xactsRE = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
 
-// procCPU is the user plus system CPU the processes have used so far.
-func procCPU(t testing.TB, pids []int) time.Duration {
+// procUsage is what the processes have used so far: user plus system CPU
+// (utime + stime of /proc/PID/stat) and read and write system calls
+// (syscr + syscw of /proc/PID/io: file and socket I/O, fsync not counted).
+func procUsage(t testing.TB, pids []int) (cpu time.Duration, calls int64) {
 	t.Helper()
-	var ticks int64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	read := func(pid int, file string) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 		if err != nil {
 			t.Fatal(err)
 		}
+		return string(b)
+	}
+	add := func(sum *int64, pid int, file, v string) {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/%s: %v", pid, file, err)
+		}
+		*sum += n
+	}
+	var ticks int64
+	for _, pid := range pids {
+		st := read(pid, "stat")
 		// The command name (field 2) may hold spaces: count from its end.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		for _, s := range f[11:13] { // utime, stime: fields 14 and 15
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				t.Fatalf("/proc/%d/stat: %v", pid, err)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		for _, v := range f[11:13] { // utime, stime: fields 14 and 15
+			add(&ticks, pid, "stat", v)
+		}
+		for _, line := range strings.Split(read(pid, "io"), "\n") {
+			if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
+				add(&calls, pid, "io", v)
 			}
-			ticks += n
 		}
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return time.Duration(ticks) * time.Second / 100, calls // USER_HZ
 }
