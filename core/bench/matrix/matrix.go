@@ -93,7 +93,8 @@ type Matrix struct {
 	// shared_buffers (pg_prewarm) after its clone, before ramp-up, so that
 	// the window starts from the same warm cache on every target: a
 	// stock target would otherwise find the clone's pages in the OS page
-	// cache, a strata one fetches each from the pageserver.
+	// cache, a strata one fetches each from the pageserver. It runs
+	// passes until the relations are in shared_buffers (runner.prewarm).
 	Prewarm bool `yaml:"prewarm"`
 	// Verify runs the TPC-C consistency checks after each run (default true).
 	Verify *bool `yaml:"verify"`

@@ -297,27 +297,81 @@ func execOn(ctx context.Context, base, db, q string) error {
 	return err
 }
 
+// prewarmPasses bounds the pg_prewarm passes of prewarm.
+const prewarmPasses = 5
+
+// prewarmed is what prewarm did: the relations' blocks, the share of them
+// in shared_buffers at the end (-1: unknown, pg_buffercache missing) and
+// the passes it took.
+type prewarmed struct {
+	took     time.Duration
+	blocks   int64
+	resident float64
+	passes   int
+}
+
 // prewarm loads every table, index and TOAST table of db into
-// shared_buffers with pg_prewarm; it returns the time taken and the
-// blocks read.
-func prewarm(ctx context.Context, base, db string) (time.Duration, int64, error) {
+// shared_buffers with pg_prewarm.
+//
+// One pass is not always enough. Right after a target loads the template,
+// shared_buffers holds the template's pages with high usage counts; the
+// clone's pages come in at usage 1 and the clock sweep evicts them first,
+// so one pass left about a third of a 4-warehouse clone out of a 512 MB
+// shared_buffers, and the first run of every target read those pages in
+// its window (from the page cache on stock, from the pageserver on
+// strata), while later runs, whose earlier clone was dropped with its
+// buffers, read none. So passes repeat while they still bring pages in
+// (pg_buffercache counts the clone's resident blocks), up to
+// prewarmPasses: each one raises the clone's usage counts and wears down
+// the others'.
+func prewarm(ctx context.Context, base, db string) (prewarmed, error) {
 	start := time.Now()
+	out := prewarmed{resident: -1}
 	c, err := tpcc.Connect(ctx, base, db)
 	if err != nil {
-		return 0, 0, err
+		return out, err
 	}
 	defer c.Close(context.Background())
 	if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_prewarm"); err != nil {
-		return 0, 0, fmt.Errorf("prewarm: the pg_prewarm extension (PostgreSQL contrib) is needed: %w", err)
+		return out, fmt.Errorf("prewarm: the pg_prewarm extension (PostgreSQL contrib) is needed: %w", err)
 	}
-	var blocks int64
-	q := `SELECT coalesce(sum(pg_prewarm(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	const rels = `FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r', 'i', 't', 'm') AND c.relpersistence = 'p'
 		AND n.nspname NOT IN ('pg_catalog', 'information_schema')`
-	if err := c.QueryRow(ctx, q).Scan(&blocks); err != nil {
-		return 0, 0, fmt.Errorf("prewarm: %w", err)
+	count := func() (int64, error) { return -1, nil }
+	if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_buffercache"); err == nil {
+		count = func() (int64, error) {
+			var n int64
+			err := c.QueryRow(ctx, `SELECT count(*) FROM pg_buffercache b
+				WHERE b.reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND b.relforknumber = 0
+				AND b.relfilenode IN (SELECT pg_relation_filenode(c.oid) `+rels+`)`).Scan(&n)
+			return n, err
+		}
 	}
-	return time.Since(start), blocks, nil
+	var resident int64 = -1
+	for out.passes < prewarmPasses {
+		if err := c.QueryRow(ctx, `SELECT coalesce(sum(pg_prewarm(c.oid)), 0) `+rels).Scan(&out.blocks); err != nil {
+			return out, fmt.Errorf("prewarm: %w", err)
+		}
+		out.passes++
+		n, err := count()
+		if err != nil {
+			return out, fmt.Errorf("prewarm: count the resident blocks: %w", err)
+		}
+		// Done when residency is unknown, complete, or no longer growing
+		// (more than 1% of the blocks): the rest does not fit.
+		if n < 0 || n >= out.blocks || n-resident <= out.blocks/100 {
+			resident = n
+			break
+		}
+		resident = n
+	}
+	if resident >= 0 && out.blocks > 0 {
+		out.resident = 100 * float64(resident) / float64(out.blocks)
+	}
+	out.took = time.Since(start)
+	return out, nil
 }
 
 func ensureDatabase(ctx context.Context, base, db string) error {
@@ -424,12 +478,16 @@ func (r *Runner) one(ctx context.Context, idx, total int, run matrix.Run) (*resu
 	}
 	if m.Prewarm {
 		r.printLine(fmt.Sprintf("[%d/%d] %s rep %d  prewarming", idx+1, total, run.Label(), run.Repeat))
-		took, blocks, err := prewarm(ctx, base, RunDB)
+		pw, err := prewarm(ctx, base, RunDB)
 		if err != nil {
 			return fail(err)
 		}
-		res.Metrics["prewarm_seconds"] = took.Seconds()
-		res.Metrics["prewarm_blocks"] = float64(blocks)
+		res.Metrics["prewarm_seconds"] = pw.took.Seconds()
+		res.Metrics["prewarm_blocks"] = float64(pw.blocks)
+		res.Metrics["prewarm_passes"] = float64(pw.passes)
+		if pw.resident >= 0 {
+			res.Metrics["prewarm_resident_pct"] = pw.resident
+		}
 	}
 
 	var coll *collect.Collector

@@ -76,6 +76,11 @@ prewarm: true
 		if b := full.Metrics["prewarm_blocks"]; b < 5000 || full.Metrics["prewarm_seconds"] <= 0 {
 			t.Fatalf("prewarm: %v blocks in %v s", b, full.Metrics["prewarm_seconds"])
 		}
+		// ... in passes, until it is in shared_buffers (128 MB here, the
+		// template's pages there too).
+		if p, r := full.Metrics["prewarm_passes"], full.Metrics["prewarm_resident_pct"]; p < 1 || p > prewarmPasses || r < 90 {
+			t.Fatalf("prewarm: %v passes, %v%% resident", p, r)
+		}
 		if full.Metrics["consistency_violations"] != 0 || !contains(full.Notes, "consistency checks passed") {
 			t.Fatalf("consistency: %v %v", full.Metrics["consistency_violations"], full.Notes)
 		}
