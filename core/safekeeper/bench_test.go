@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -116,7 +117,10 @@ func BenchmarkPgbenchCommitLatency(b *testing.B) {
 // (scale 10, 8 clients, 20 s; 60 s with STRATA_LONG_TESTS=1). CPU is
 // utime+stime of the receiver processes from /proc over the run, so other
 // load on the machine changes the TPS but not much the CPU per
-// transaction. Run with -benchtime=1x.
+// transaction. STRATA_BENCH_RATE=<tps> runs pgbench at that fixed rate
+// (-R) instead of as fast as it can: both setups then carry the same WAL
+// stream with the same batching, which makes their CPU per transaction
+// comparable across runs. Run with -benchtime=1x.
 //
 //	go test ./core/safekeeper -run XXX -bench ReceiverCPU -benchtime 1x
 func BenchmarkReceiverCPU(b *testing.B) {
@@ -124,6 +128,7 @@ func BenchmarkReceiverCPU(b *testing.B) {
 	if longTests() {
 		dur = "60"
 	}
+	rate := os.Getenv("STRATA_BENCH_RATE")
 	run := func(b *testing.B, srv *pgtest.Server, pids []int) {
 		if out, err := srv.Pgbench("-i", "-q", "-s", "10", "postgres"); err != nil {
 			b.Fatalf("%v\n%s", err, out)
@@ -132,13 +137,16 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			srv.Exec("postgres", "CHECKPOINT")
 			lsn0 := testpg.FlushLSN(b, srv)
-			cpu0, sys0 := procUsage(b, pids)
-			out, err := srv.Pgbench("-c", "8", "-j", "2", "-N", "-T", dur, "postgres")
+			u0 := procUsage(b, pids)
+			args := []string{"-c", "8", "-j", "2", "-N", "-T", dur}
+			if rate != "" {
+				args = append(args, "-R", rate)
+			}
+			out, err := srv.Pgbench(append(args, "postgres")...)
 			if err != nil {
 				b.Fatalf("%v\n%s", err, out)
 			}
-			cpu1, sys1 := procUsage(b, pids)
-			cpu, sys := cpu1-cpu0, sys1-sys0
+			u := procUsage(b, pids).sub(u0)
 			wal := float64(testpg.FlushLSN(b, srv) - lsn0)
 			xm, tm := xactsRE.FindStringSubmatch(out), tpsRE.FindStringSubmatch(out)
 			if xm == nil || tm == nil {
@@ -149,9 +157,10 @@ func BenchmarkReceiverCPU(b *testing.B) {
 			if xacts == 0 || wal == 0 {
 				b.Fatalf("no transactions or no WAL:\n%s", out)
 			}
-			b.ReportMetric(cpu.Seconds()*1e6/xacts, "recv-cpu-us/txn")
-			b.ReportMetric(cpu.Seconds()/(wal/(1<<20)), "recv-cpu-s/MB")
-			b.ReportMetric(float64(sys)/xacts, "recv-rw-calls/txn")
+			b.ReportMetric(u.cpu.Seconds()*1e6/xacts, "recv-cpu-us/txn")
+			b.ReportMetric(u.cpu.Seconds()/(wal/(1<<20)), "recv-cpu-s/MB")
+			b.ReportMetric(float64(u.calls)/xacts, "recv-rw-calls/txn")
+			b.ReportMetric(float64(u.switches)/xacts, "recv-switches/txn")
 			b.ReportMetric(tps, "tps")
 		}
 	}
@@ -191,35 +200,66 @@ var xactsRE = regexp.MustCompile(`number of transactions actually processed: ([0
 // procUsage is what the processes have used so far: user plus system CPU
 // (utime + stime of /proc/PID/stat) and read and write system calls
 // (syscr + syscw of /proc/PID/io: file and socket I/O, fsync not counted).
-func procUsage(t testing.TB, pids []int) (cpu time.Duration, calls int64) {
+// usage is what the receiver processes used.
+type usage struct {
+	cpu      time.Duration
+	calls    int64 // read and write system calls (/proc/<pid>/io)
+	switches int64 // context switches of every thread (/proc/<pid>/task/*/status)
+}
+
+func (u usage) sub(v usage) usage {
+	return usage{u.cpu - v.cpu, u.calls - v.calls, u.switches - v.switches}
+}
+
+// procUsage sums the usage of pids from /proc.
+func procUsage(t testing.TB, pids []int) usage {
 	t.Helper()
-	read := func(pid int, file string) string {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
-	add := func(sum *int64, pid int, file, v string) {
-		n, err := strconv.ParseInt(v, 10, 64)
+	add := func(sum *int64, path, v string) {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			t.Fatalf("/proc/%d/%s: %v", pid, file, err)
+			t.Fatalf("%s: %v", path, err)
 		}
 		*sum += n
 	}
 	var ticks int64
+	var u usage
 	for _, pid := range pids {
-		st := read(pid, "stat")
+		path := fmt.Sprintf("/proc/%d/stat", pid)
+		st := read(path)
 		// The command name (field 2) may hold spaces: count from its end.
 		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
 		for _, v := range f[11:13] { // utime, stime: fields 14 and 15
-			add(&ticks, pid, "stat", v)
+			add(&ticks, path, v)
 		}
-		for _, line := range strings.Split(read(pid, "io"), "\n") {
+		path = fmt.Sprintf("/proc/%d/io", pid)
+		for _, line := range strings.Split(read(path), "\n") {
 			if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
-				add(&calls, pid, "io", v)
+				add(&u.calls, path, v)
+			}
+		}
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("the threads of %d: %v", pid, err)
+		}
+		for _, path := range tasks {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				continue // the thread ended
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+					add(&u.switches, path, v)
+				}
 			}
 		}
 	}
-	return time.Duration(ticks) * time.Second / 100, calls // USER_HZ
+	u.cpu = time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return u
 }
