@@ -25,6 +25,10 @@ type CPU struct {
 	// Target is the server's processes (and their descendants), Driver is
 	// this process and its children, Other everything else.
 	Target, Driver, Other float64
+	// Parts splits Target by the parts Who.Parts names (a share of the
+	// whole machine each, like Target); the target's processes under no
+	// part's root are in Target only.
+	Parts map[string]float64
 	// TopOther lists the busiest other processes.
 	TopOther []Proc
 }
@@ -131,6 +135,22 @@ func descends(procs map[int]procStat, pid int, roots map[int]bool) bool {
 	return false
 }
 
+// nearest returns the part of pid's nearest ancestor (pid itself
+// included) that parts names.
+func nearest(procs map[int]procStat, pid int, parts map[int]string) (string, bool) {
+	for i := 0; i < 64 && pid > 1; i++ {
+		if name, ok := parts[pid]; ok {
+			return name, true
+		}
+		p, ok := procs[pid]
+		if !ok {
+			break
+		}
+		pid = p.ppid
+	}
+	return "", false
+}
+
 // Who names the target's processes on this machine.
 type Who struct {
 	// PIDs are the target's root processes: they and their descendants.
@@ -141,6 +161,13 @@ type Who struct {
 	// "strata"). Default: postgres and pg_receivewal. This program and
 	// its children count as the driver whatever their name.
 	Names []string
+	// Parts, optional, names the programs the target is made of, each
+	// with its root PIDs (stock-sync: "postgres" and "receivers"; a
+	// strata cluster: "postgres", "safekeepers", "pageserver", "agent").
+	// A target process counts in the part of its nearest root, itself
+	// included: Postgres, a child of the compute agent, counts as
+	// "postgres", not "agent".
+	Parts map[string][]int
 }
 
 // DefaultNames are the process names of a target known by URL only.
@@ -166,6 +193,18 @@ func cpuDelta(a, b cpuSnap, who Who) CPU {
 		roots[p] = true
 	}
 	self := map[int]bool{os.Getpid(): true}
+	partOf := map[int]string{}
+	for name, pids := range who.Parts {
+		for _, p := range pids {
+			partOf[p] = name
+		}
+	}
+	if len(partOf) > 0 {
+		out.Parts = map[string]float64{}
+		for name := range who.Parts {
+			out.Parts[name] = 0
+		}
+	}
 	// A process that exited during the window and was reaped by a parent
 	// still running moved all its time into that parent's children time:
 	// the part it had used before the window is taken off the parent.
@@ -191,6 +230,9 @@ func cpuDelta(a, b cpuSnap, who Who) CPU {
 		switch {
 		case len(roots) > 0 && descends(b.procs, pid, roots):
 			out.Target += pct
+			if name, ok := nearest(b.procs, pid, partOf); ok {
+				out.Parts[name] += pct
+			}
 		case descends(b.procs, pid, self):
 			out.Driver += pct
 		case len(roots) == 0 && slices.Contains(names, p.comm):

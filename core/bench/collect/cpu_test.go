@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -98,5 +99,46 @@ func TestCPUDeltaNames(t *testing.T) {
 	c = cpuDelta(a, b, Who{PIDs: []int{9}, Names: []string{"postgres"}})
 	if c.Target != 10 || c.Other != 50 {
 		t.Fatalf("PIDs and names: target %.0f%% other %.0f%%, want 10, 50", c.Target, c.Other)
+	}
+}
+
+// TestCPUDeltaParts: the target's CPU splits by part, each process in the
+// part of its nearest root: Postgres (a child of the compute agent) and
+// its backends count as "postgres", the agent's own time as "agent"; a
+// target process under no part's root counts in the target only.
+func TestCPUDeltaParts(t *testing.T) {
+	procs := func(agent, pm, backend, sk1, sk2, loose uint64) map[int]procStat {
+		return map[int]procStat{
+			10: {ppid: 1, comm: "strata", ticks: agent},
+			11: {ppid: 10, comm: "postgres", ticks: pm},
+			12: {ppid: 11, comm: "postgres", ticks: backend},
+			20: {ppid: 1, comm: "strata", ticks: sk1},
+			21: {ppid: 1, comm: "strata", ticks: sk2},
+			30: {ppid: 1, comm: "helper", ticks: loose},
+		}
+	}
+	a := cpuSnap{total: 1000, idle: 500, cores: 2, procs: procs(0, 0, 0, 0, 0, 0)}
+	// 1,000 ticks later: the agent 50, the postmaster 20 and its backend
+	// 300, the two safekeepers 100 and 80, a target process in no part 30.
+	b := cpuSnap{total: 2000, idle: 1000, cores: 2, procs: procs(50, 20, 300, 100, 80, 30)}
+	who := Who{PIDs: []int{10, 20, 21, 30}, Parts: map[string][]int{
+		"agent": {10}, "postgres": {11}, "safekeepers": {20, 21}, "pageserver": {40},
+	}}
+	c := cpuDelta(a, b, who)
+	want := map[string]float64{"agent": 5, "postgres": 32, "safekeepers": 18, "pageserver": 0}
+	if len(c.Parts) != len(want) {
+		t.Fatalf("parts %v, want %v", c.Parts, want)
+	}
+	for k, v := range want {
+		if got, ok := c.Parts[k]; !ok || math.Abs(got-v) > 1e-9 {
+			t.Fatalf("part %s = %.2f%% (present %v), want %.0f%%; all %v", k, got, ok, v, c.Parts)
+		}
+	}
+	if math.Abs(c.Target-58) > 1e-9 {
+		t.Fatalf("target %.2f%%, want 58%% (the parts and the loose process)", c.Target)
+	}
+	// Without parts there is no split.
+	if c := cpuDelta(a, b, Who{PIDs: who.PIDs}); c.Parts != nil {
+		t.Fatalf("parts %v without Who.Parts", c.Parts)
 	}
 }

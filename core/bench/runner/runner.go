@@ -164,6 +164,15 @@ func Headline(r *results.Run) string {
 	if v, ok := d[report.PageserverCPUPct]; ok {
 		s += fmt.Sprintf(" pageserver-CPU %.0f%%", v)
 	}
+	var parts []string
+	for _, p := range []string{"postgres", "receivers", "safekeepers", "pageserver", "agent"} {
+		if v, ok := r.Metrics["cpu_"+p+"_pct"]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", p, v))
+		}
+	}
+	if len(parts) > 0 {
+		s += " CPU " + strings.Join(parts, " ")
+	}
 	s += fmt.Sprintf(" other-CPU %.0f%%", r.Metrics["cpu_other_pct"])
 	if v := r.Metrics["cpu_steal_pct"]; v >= 1 {
 		s += fmt.Sprintf(" steal %.0f%%", v)
@@ -723,6 +732,7 @@ func fillCollected(ctx context.Context, res *results.Run, c *collect.Result, t t
 	res.Metrics["cpu_driver_pct"] = c.CPU.Driver
 	res.Metrics["cpu_other_pct"] = c.CPU.Other
 	res.Metrics["cpu_steal_pct"] = c.CPU.Steal
+	cpuParts(res, c)
 	if c.CPU.Steal > CPUNoisePct {
 		res.Notes = append(res.Notes, fmt.Sprintf("cpu steal: the hypervisor gave %.0f%% of the machine's time to other guests; this run's figures are lower than the machine's", c.CPU.Steal))
 	}
@@ -810,12 +820,37 @@ func SortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
+// cpuParts records the target's CPU by part (cpu_<part>_pct) and, for the
+// target and each part, its CPU per unit of work in core time: ms per
+// New-Order (TPROC-C) or us per transaction (pgbench). The per-unit
+// figure compares parts across targets whatever their throughput: a
+// safekeeper against a pg_receivewal, Postgres on strata against Postgres
+// on local disk.
+func cpuParts(res *results.Run, c *collect.Result) {
+	coreSec := float64(c.CPU.Cores) * c.Duration.Seconds() / 100 // core-seconds per percent of the machine
+	perUnit := func(name string, pct float64) {
+		if n := res.Metrics["new_orders"]; n > 0 {
+			res.Metrics["cpu_"+name+"_ms_per_new_order"] = 1000 * pct * coreSec / n
+		} else if n := res.Metrics["xacts"]; n > 0 {
+			res.Metrics["cpu_"+name+"_us_per_xact"] = 1e6 * pct * coreSec / n
+		}
+	}
+	perUnit("target", c.CPU.Target)
+	for name, pct := range c.CPU.Parts {
+		res.Metrics["cpu_"+name+"_pct"] = pct
+		perUnit(name, pct)
+	}
+}
+
 // who names t's processes on this machine: its PIDs, or else the process
 // names of a target known by URL.
 func who(t target.Target) collect.Who {
 	w := collect.Who{PIDs: t.PIDs()}
 	if n, ok := t.(target.ProcessNames); ok && len(w.PIDs) == 0 {
 		w.Names = n.ProcessNames()
+	}
+	if p, ok := t.(target.ProcessParts); ok && len(w.PIDs) > 0 {
+		w.Parts = p.ProcessParts()
 	}
 	return w
 }

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,6 +93,22 @@ prewarm: true
 		if st, ok := full.Metrics["cpu_steal_pct"]; !ok || st < 0 || st > 100 {
 			t.Fatalf("cpu_steal_pct %v (recorded %v)", st, ok)
 		}
+		// The target's CPU by part: a stock server alone is Postgres only,
+		// the whole of the target's share, and costs CPU per New-Order.
+		pg, ok := full.Metrics["cpu_postgres_pct"]
+		if !ok || pg <= 0 || math.Abs(pg-full.Metrics["cpu_target_pct"]) > 1e-6 {
+			t.Fatalf("cpu_postgres_pct %v (recorded %v), target %v", pg, ok, full.Metrics["cpu_target_pct"])
+		}
+		if _, ok := full.Metrics["cpu_receivers_pct"]; ok {
+			t.Fatal("a stock server without receivers recorded cpu_receivers_pct")
+		}
+		// core-ms per New-Order = share x cores x window / New-Orders; the
+		// collector's window is the run's, within a second.
+		perNO := full.Metrics["cpu_postgres_ms_per_new_order"]
+		est := 1000 * pg / 100 * float64(runtime.NumCPU()) * full.WindowSec / full.Metrics["new_orders"]
+		if perNO <= 0 || math.Abs(perNO-est) > 0.2*est || perNO != full.Metrics["cpu_target_ms_per_new_order"] {
+			t.Fatalf("Postgres CPU per New-Order %v ms, target %v, estimate %v", perNO, full.Metrics["cpu_target_ms_per_new_order"], est)
+		}
 		if full.Metrics["ping_p50_ms"] <= 0 || full.Metrics["pg.db.xact_commit"] <= 0 || full.Metrics["cache_hit_ratio"] <= 0.5 {
 			t.Fatalf("metrics %v", full.Metrics)
 		}
@@ -135,6 +153,11 @@ func TestHeadline(t *testing.T) {
 	r.Metrics["cpu_other_pct"] = 25
 	if h := Headline(r); !strings.HasSuffix(h, "other-CPU 25% [ok, noisy]") {
 		t.Fatalf("other processes: %q", h)
+	}
+	// A target split by part shows where its CPU went.
+	r.Metrics["cpu_postgres_pct"], r.Metrics["cpu_safekeepers_pct"], r.Metrics["cpu_agent_pct"] = 51.4, 24.6, 5
+	if h := Headline(r); !strings.HasSuffix(h, "CPU postgres 51% safekeepers 25% agent 5% other-CPU 25% [ok, noisy]") {
+		t.Fatalf("parts: %q", h)
 	}
 }
 

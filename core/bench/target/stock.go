@@ -88,6 +88,19 @@ func (s *stock) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
 }
 
+// ProcessParts implements ProcessParts: the postmaster, and the
+// receivers of stock-sync.
+func (s *stock) ProcessParts() map[string][]int {
+	parts := map[string][]int{}
+	if s.pg != nil {
+		parts["postgres"] = []int{s.pg.Process.Pid}
+	}
+	for _, r := range s.recv {
+		parts["receivers"] = append(parts["receivers"], r.Process.Pid)
+	}
+	return parts
+}
+
 func (s *stock) PIDs() []int {
 	var p []int
 	if s.pg != nil {

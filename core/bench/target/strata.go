@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -241,6 +242,18 @@ func (s *strataTarget) state() (map[string]any, error) {
 // PIDs lists every process of the cluster (safekeepers, pageserver,
 // compute agent) and the postmaster.
 func (s *strataTarget) PIDs() []int {
+	var pids []int
+	for _, p := range s.ProcessParts() {
+		pids = append(pids, p...)
+	}
+	sort.Ints(pids)
+	return pids
+}
+
+// ProcessParts implements ProcessParts from the cluster's state: the
+// safekeepers, the pageserver, the compute agent and the postmaster (the
+// agent's child, a part of its own).
+func (s *strataTarget) ProcessParts() map[string][]int {
 	if !s.running {
 		return nil
 	}
@@ -248,25 +261,33 @@ func (s *strataTarget) PIDs() []int {
 	if err != nil {
 		return nil
 	}
-	var pids []int
-	if procs, ok := st["procs"].([]any); ok {
-		for _, p := range procs {
-			if m, ok := p.(map[string]any); ok {
-				if pid, ok := m["pid"].(float64); ok && pid > 0 {
-					pids = append(pids, int(pid))
-				}
-			}
+	parts := map[string][]int{}
+	procs, _ := st["procs"].([]any)
+	for _, p := range procs {
+		m, _ := p.(map[string]any)
+		pid, _ := m["pid"].(float64)
+		name, _ := m["name"].(string)
+		if pid <= 0 {
+			continue
 		}
+		part := name
+		switch {
+		case strings.HasPrefix(name, "safekeeper"):
+			part = "safekeepers"
+		case name == "compute":
+			part = "agent"
+		}
+		parts[part] = append(parts[part], int(pid))
 	}
 	if dir, ok := st["postgres_dir"].(string); ok && dir != "" {
 		if b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid")); err == nil {
 			first, _, _ := strings.Cut(string(b), "\n")
 			if pid, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
-				pids = append(pids, pid)
+				parts["postgres"] = append(parts["postgres"], pid)
 			}
 		}
 	}
-	return pids
+	return parts
 }
 
 // MetricsURLs is the metrics_url of the config when it has one, else the

@@ -116,6 +116,20 @@ func TestStrataLifecycle(t *testing.T) {
 	if len(pids) < 2 {
 		t.Fatalf("PIDs = %v: want the cluster's processes and the postmaster", pids)
 	}
+	// The CPU split's parts: three safekeepers, one pageserver, one agent
+	// and the postmaster, which together are every PID.
+	parts := tg.(ProcessParts).ProcessParts()
+	want := map[string]int{"safekeepers": 3, "pageserver": 1, "agent": 1, "postgres": 1}
+	n := 0
+	for part, c := range want {
+		if len(parts[part]) != c {
+			t.Fatalf("parts %v: want %d %s", parts, c, part)
+		}
+		n += c
+	}
+	if len(parts) != len(want) || n != len(pids) {
+		t.Fatalf("parts %v against PIDs %v", parts, pids)
+	}
 	if w := st.WALDir(); w == "" {
 		t.Fatal("no WAL folder")
 	} else if _, err := os.Stat(w); err != nil {

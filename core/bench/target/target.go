@@ -87,6 +87,16 @@ type Target interface {
 	Close() error
 }
 
+// ProcessParts is implemented by targets made of several programs: the
+// root PIDs of each part (collect.Who.Parts), so that a run records where
+// the target's CPU went (cpu_<part>_pct). Parts: "postgres" (the
+// postmaster and its backends), "receivers" (stock-sync's
+// pg_receivewal), "safekeepers", "pageserver", "agent" (the compute
+// agent, without its Postgres).
+type ProcessParts interface {
+	ProcessParts() map[string][]int
+}
+
 // ProcessNames is implemented by targets known by name only (kind url):
 // the names of their processes on this machine (collect.Who.Names).
 type ProcessNames interface {

@@ -58,6 +58,9 @@ func TestStockSyncLifecycle(t *testing.T) {
 	if len(pids) != 4 {
 		t.Fatalf("pids = %v, want postmaster + 3 receivers", pids)
 	}
+	if parts := tg.(ProcessParts).ProcessParts(); len(parts) != 2 || len(parts["postgres"]) != 1 || len(parts["receivers"]) != 3 || parts["postgres"][0] != pids[0] {
+		t.Fatalf("parts = %v, want the postmaster %d as postgres and 3 receivers", parts, pids[0])
+	}
 	if got := query(t, tg.URL(), "SHOW synchronous_standby_names"); got != "ANY 2 (r1,r2,r3)" {
 		t.Fatalf("synchronous_standby_names = %q", got)
 	}
