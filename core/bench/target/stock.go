@@ -101,15 +101,10 @@ func (s *stock) ProcessParts() map[string][]int {
 	return parts
 }
 
+// PIDs is the postmaster, then the receivers (ProcessParts in order).
 func (s *stock) PIDs() []int {
-	var p []int
-	if s.pg != nil {
-		p = append(p, s.pg.Process.Pid)
-	}
-	for _, r := range s.recv {
-		p = append(p, r.Process.Pid)
-	}
-	return p
+	parts := s.ProcessParts()
+	return append(parts["postgres"], parts["receivers"]...)
 }
 
 func (s *stock) command(name string, args ...string) *exec.Cmd {
