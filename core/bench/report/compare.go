@@ -10,13 +10,23 @@ import (
 	"github.com/stratadb/strata/core/bench/results"
 )
 
-// compareRows are the figures strata bench compare puts side by side.
-// Rows marked optional are left out when no run has the figure.
-var compareRows = []struct {
+// CPUParts are the parts a target's CPU is split into (the keys of
+// target.ProcessParts): "postgres" (the postmaster and its backends),
+// "receivers" (stock-sync's pg_receivewal), "safekeepers", "pageserver"
+// and "agent" (the compute agent, without its Postgres). A run records
+// cpu_<part>_pct and cpu_<part>_ms_per_new_order or cpu_<part>_us_per_xact
+// for each part its target has.
+var CPUParts = []string{"postgres", "receivers", "safekeepers", "pageserver", "agent"}
+
+type compareRow struct {
 	name     string
 	get      func(r *results.Run) string
 	optional bool
-}{
+}
+
+// compareRows are the figures strata bench compare puts side by side.
+// Rows marked optional are left out when no run has the figure.
+var compareRows = withCPUParts([]compareRow{
 	{"configuration", func(r *results.Run) string { return r.Label }, false},
 	{"strata config", strataConfig, true},
 	{"status", func(r *results.Run) string { return r.Status }, false},
@@ -48,21 +58,7 @@ var compareRows = []struct {
 	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f"), false},
 	{"CPU other %", metric("cpu_other_pct", 1, "%.0f"), false},
 	{"CPU steal %", metric("cpu_steal_pct", 1, "%.0f"), false},
-	{"CPU postgres %", metric("cpu_postgres_pct", 1, "%.0f"), true},
-	{"CPU receivers %", metric("cpu_receivers_pct", 1, "%.0f"), true},
-	{"CPU safekeepers %", metric("cpu_safekeepers_pct", 1, "%.0f"), true},
-	{"CPU pageserver %", metric("cpu_pageserver_pct", 1, "%.0f"), true},
-	{"CPU agent %", metric("cpu_agent_pct", 1, "%.0f"), true},
-	{"CPU ms/NO target", metric("cpu_target_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU ms/NO postgres", metric("cpu_postgres_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU ms/NO receivers", metric("cpu_receivers_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU ms/NO safekeepers", metric("cpu_safekeepers_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU ms/NO pageserver", metric("cpu_pageserver_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU ms/NO agent", metric("cpu_agent_ms_per_new_order", 1, "%.2f"), true},
-	{"CPU us/xact target", metric("cpu_target_us_per_xact", 1, "%.0f"), true},
-	{"CPU us/xact postgres", metric("cpu_postgres_us_per_xact", 1, "%.0f"), true},
-	{"CPU us/xact receivers", metric("cpu_receivers_us_per_xact", 1, "%.0f"), true},
-	{"CPU us/xact safekeepers", metric("cpu_safekeepers_us_per_xact", 1, "%.0f"), true},
+	cpuPartsRow,
 	{"checkpoint before window s", metric("checkpoint_before_window_seconds", 1, "%.1f"), false},
 	{"checkpoints", func(r *results.Run) string {
 		return fmt.Sprintf("%.0f", r.Metrics["pg.bgwriter.checkpoints_timed"]+r.Metrics["pg.bgwriter.checkpoints_req"])
@@ -76,6 +72,32 @@ var compareRows = []struct {
 		}
 		return best
 	}, false},
+})
+
+// cpuPartsRow marks where withCPUParts puts the rows of CPUParts.
+var cpuPartsRow = compareRow{name: "\x00cpu parts"}
+
+// withCPUParts replaces cpuPartsRow by each part's share of the machine,
+// then the core time per New-Order and per transaction of the target and
+// of each part (optional rows: a run has only its target's parts).
+func withCPUParts(rows []compareRow) []compareRow {
+	var out []compareRow
+	for _, r := range rows {
+		if r.name != cpuPartsRow.name {
+			out = append(out, r)
+			continue
+		}
+		for _, p := range CPUParts {
+			out = append(out, compareRow{"CPU " + p + " %", metric("cpu_"+p+"_pct", 1, "%.0f"), true})
+		}
+		for _, p := range append([]string{"target"}, CPUParts...) {
+			out = append(out, compareRow{"CPU ms/NO " + p, metric("cpu_"+p+"_ms_per_new_order", 1, "%.2f"), true})
+		}
+		for _, p := range append([]string{"target"}, CPUParts...) {
+			out = append(out, compareRow{"CPU us/xact " + p, metric("cpu_"+p+"_us_per_xact", 1, "%.0f"), true})
+		}
+	}
+	return out
 }
 
 // derived formats one of the figures Derived computes.

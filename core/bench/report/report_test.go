@@ -230,3 +230,27 @@ func TestFmtNum(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareCPUParts: every part of CPUParts gets its share, per New-Order
+// and per transaction rows, and only when some run has the figure.
+func TestCompareCPUParts(t *testing.T) {
+	runs := fakeRuns()[:2]
+	runs[0].Metrics["cpu_pageserver_us_per_xact"] = 123
+	runs[1].Metrics["cpu_agent_ms_per_new_order"] = 0.25
+	runs[1].Metrics["cpu_safekeepers_pct"] = 31
+	var b bytes.Buffer
+	if err := Compare(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"CPU us/xact pageserver", "123", "CPU ms/NO agent", "0.25", "CPU safekeepers %", "31"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, absent := range []string{"CPU receivers %", "CPU ms/NO postgres", "CPU us/xact agent"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("compare output has %q, which no run has:\n%s", absent, out)
+		}
+	}
+}

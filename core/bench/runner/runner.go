@@ -165,7 +165,7 @@ func Headline(r *results.Run) string {
 		s += fmt.Sprintf(" pageserver-CPU %.0f%%", v)
 	}
 	var parts []string
-	for _, p := range []string{"postgres", "receivers", "safekeepers", "pageserver", "agent"} {
+	for _, p := range report.CPUParts {
 		if v, ok := r.Metrics["cpu_"+p+"_pct"]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.0f%%", p, v))
 		}

@@ -119,6 +119,7 @@ func TestStrataLifecycle(t *testing.T) {
 	// The CPU split's parts: three safekeepers, one pageserver, one agent
 	// and the postmaster, which together are every PID.
 	parts := tg.(ProcessParts).ProcessParts()
+	checkPartNames(t, parts)
 	want := map[string]int{"safekeepers": 3, "pageserver": 1, "agent": 1, "postgres": 1}
 	n := 0
 	for part, c := range want {

@@ -89,10 +89,8 @@ type Target interface {
 
 // ProcessParts is implemented by targets made of several programs: the
 // root PIDs of each part (collect.Who.Parts), so that a run records where
-// the target's CPU went (cpu_<part>_pct). Parts: "postgres" (the
-// postmaster and its backends), "receivers" (stock-sync's
-// pg_receivewal), "safekeepers", "pageserver", "agent" (the compute
-// agent, without its Postgres).
+// the target's CPU went (cpu_<part>_pct). The part names are those of
+// report.CPUParts.
 type ProcessParts interface {
 	ProcessParts() map[string][]int
 }

@@ -2,12 +2,14 @@ package target
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+	"github.com/stratadb/strata/core/bench/report"
 	"github.com/stratadb/strata/internal/pgtest"
 )
 
@@ -58,6 +60,7 @@ func TestStockSyncLifecycle(t *testing.T) {
 	if len(pids) != 4 {
 		t.Fatalf("pids = %v, want postmaster + 3 receivers", pids)
 	}
+	checkPartNames(t, tg.(ProcessParts).ProcessParts())
 	if parts := tg.(ProcessParts).ProcessParts(); len(parts) != 2 || len(parts["postgres"]) != 1 || len(parts["receivers"]) != 3 || parts["postgres"][0] != pids[0] {
 		t.Fatalf("parts = %v, want the postmaster %d as postgres and 3 receivers", parts, pids[0])
 	}
@@ -143,6 +146,18 @@ func TestURLProcessNames(t *testing.T) {
 	for _, bad := range []string{"", "/usr/bin/strata", "a-name-longer-than-15"} {
 		if _, err := NewURL(Config{Name: "s", Kind: "url", URL: "postgres://x/postgres", Processes: []string{bad}}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "processes") {
 			t.Errorf("process name %q: %v, want an error naming processes", bad, err)
+		}
+	}
+}
+
+// checkPartNames fails when a target names a CPU part that the bench's
+// reports do not know (report.CPUParts): its figures would be recorded
+// but never shown.
+func checkPartNames(t *testing.T, parts map[string][]int) {
+	t.Helper()
+	for p := range parts {
+		if !slices.Contains(report.CPUParts, p) {
+			t.Fatalf("part %q is not in report.CPUParts %v", p, report.CPUParts)
 		}
 	}
 }
