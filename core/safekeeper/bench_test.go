@@ -120,7 +120,9 @@ func BenchmarkPgbenchCommitLatency(b *testing.B) {
 // transaction. STRATA_BENCH_RATE=<tps> runs pgbench at that fixed rate
 // (-R) instead of as fast as it can: both setups then carry the same WAL
 // stream with the same batching, which makes their CPU per transaction
-// comparable across runs. Run with -benchtime=1x.
+// comparable across runs. walsender-cpu-us/txn is the CPU of Postgres'
+// three walsenders, which the receivers' status replies wake. Run with
+// -benchtime=1x.
 //
 //	go test ./core/safekeeper -run XXX -bench ReceiverCPU -benchtime 1x
 func BenchmarkReceiverCPU(b *testing.B) {
@@ -137,7 +139,8 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			srv.Exec("postgres", "CHECKPOINT")
 			lsn0 := testpg.FlushLSN(b, srv)
-			u0 := procUsage(b, pids)
+			ws := walsenders(b, srv)
+			u0, w0 := procUsage(b, pids), procUsage(b, ws)
 			args := []string{"-c", "8", "-j", "2", "-N", "-T", dur}
 			if rate != "" {
 				args = append(args, "-R", rate)
@@ -146,7 +149,7 @@ func BenchmarkReceiverCPU(b *testing.B) {
 			if err != nil {
 				b.Fatalf("%v\n%s", err, out)
 			}
-			u := procUsage(b, pids).sub(u0)
+			u, w := procUsage(b, pids).sub(u0), procUsage(b, ws).sub(w0)
 			wal := float64(testpg.FlushLSN(b, srv) - lsn0)
 			xm, tm := xactsRE.FindStringSubmatch(out), tpsRE.FindStringSubmatch(out)
 			if xm == nil || tm == nil {
@@ -161,6 +164,7 @@ func BenchmarkReceiverCPU(b *testing.B) {
 			b.ReportMetric(u.cpu.Seconds()/(wal/(1<<20)), "recv-cpu-s/MB")
 			b.ReportMetric(float64(u.calls)/xacts, "recv-rw-calls/txn")
 			b.ReportMetric(float64(u.switches)/xacts, "recv-switches/txn")
+			b.ReportMetric(w.cpu.Seconds()*1e6/xacts, "walsender-cpu-us/txn")
 			b.ReportMetric(tps, "tps")
 		}
 	}
@@ -193,6 +197,24 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		c.mu.Unlock()
 		run(b, c.srv, pids)
 	})
+}
+
+// walsenders returns the PIDs of srv's walsenders (the Postgres side of
+// the receivers' cost: a walsender wakes for every status reply).
+func walsenders(b *testing.B, srv *pgtest.Server) []int {
+	out := srv.QueryString("postgres", "SELECT string_agg(pid::text, ',') FROM pg_stat_replication")
+	var pids []int
+	for _, f := range strings.Split(out, ",") {
+		pid, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			b.Fatalf("walsender PIDs %q: %v", out, err)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) != 3 {
+		b.Fatalf("walsender PIDs %v: want 3", pids)
+	}
+	return pids
 }
 
 var xactsRE = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
