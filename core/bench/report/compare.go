@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -24,9 +25,12 @@ type compareRow struct {
 	optional bool
 }
 
-// compareRows are the figures strata bench compare puts side by side.
-// Rows marked optional are left out when no run has the figure.
-var compareRows = withCPUParts([]compareRow{
+// compareRows are the figures strata bench compare puts side by side:
+// the run's figures, the CPU of each part, then its checkpoints and top
+// wait. Rows marked optional are left out when no run has the figure.
+var compareRows = slices.Concat(runRows, cpuPartRows(), tailRows)
+
+var runRows = []compareRow{
 	{"configuration", func(r *results.Run) string { return r.Label }, false},
 	{"strata config", strataConfig, true},
 	{"status", func(r *results.Run) string { return r.Status }, false},
@@ -58,7 +62,9 @@ var compareRows = withCPUParts([]compareRow{
 	{"CPU driver %", metric("cpu_driver_pct", 1, "%.0f"), false},
 	{"CPU other %", metric("cpu_other_pct", 1, "%.0f"), false},
 	{"CPU steal %", metric("cpu_steal_pct", 1, "%.0f"), false},
-	cpuPartsRow,
+}
+
+var tailRows = []compareRow{
 	{"checkpoint before window s", metric("checkpoint_before_window_seconds", 1, "%.1f"), false},
 	{"checkpoints", func(r *results.Run) string {
 		return fmt.Sprintf("%.0f", r.Metrics["pg.bgwriter.checkpoints_timed"]+r.Metrics["pg.bgwriter.checkpoints_req"])
@@ -72,30 +78,22 @@ var compareRows = withCPUParts([]compareRow{
 		}
 		return best
 	}, false},
-})
+}
 
-// cpuPartsRow marks where withCPUParts puts the rows of CPUParts.
-var cpuPartsRow = compareRow{name: "\x00cpu parts"}
-
-// withCPUParts replaces cpuPartsRow by each part's share of the machine,
-// then the core time per New-Order and per transaction of the target and
-// of each part (optional rows: a run has only its target's parts).
-func withCPUParts(rows []compareRow) []compareRow {
+// cpuPartRows are each part's share of the machine, then the core time per
+// New-Order and per transaction of the target and of each part (optional
+// rows: a run has only its target's parts).
+func cpuPartRows() []compareRow {
 	var out []compareRow
-	for _, r := range rows {
-		if r.name != cpuPartsRow.name {
-			out = append(out, r)
-			continue
-		}
-		for _, p := range CPUParts {
-			out = append(out, compareRow{"CPU " + p + " %", metric("cpu_"+p+"_pct", 1, "%.0f"), true})
-		}
-		for _, p := range append([]string{"target"}, CPUParts...) {
-			out = append(out, compareRow{"CPU ms/NO " + p, metric("cpu_"+p+"_ms_per_new_order", 1, "%.2f"), true})
-		}
-		for _, p := range append([]string{"target"}, CPUParts...) {
-			out = append(out, compareRow{"CPU us/xact " + p, metric("cpu_"+p+"_us_per_xact", 1, "%.0f"), true})
-		}
+	for _, p := range CPUParts {
+		out = append(out, compareRow{"CPU " + p + " %", metric("cpu_"+p+"_pct", 1, "%.0f"), true})
+	}
+	withTarget := append([]string{"target"}, CPUParts...)
+	for _, p := range withTarget {
+		out = append(out, compareRow{"CPU ms/NO " + p, metric("cpu_"+p+"_ms_per_new_order", 1, "%.2f"), true})
+	}
+	for _, p := range withTarget {
+		out = append(out, compareRow{"CPU us/xact " + p, metric("cpu_"+p+"_us_per_xact", 1, "%.0f"), true})
 	}
 	return out
 }
