@@ -11,7 +11,9 @@ import (
 )
 
 // TestSafekeeperArgs: strata up passes cluster.safekeeper_gomaxprocs to
-// each safekeeper (default 1), and nothing for 0 (Go's default).
+// each safekeeper (default 1), and nothing for 0 (Go's default); and
+// --raw-syscalls=false only when cluster.safekeeper_raw_syscalls is false
+// (the safekeeper's own default is true).
 func TestSafekeeperArgs(t *testing.T) {
 	cfg := config.Default()
 	cfg.Cluster.DataDir = t.TempDir()
@@ -30,5 +32,12 @@ func TestSafekeeperArgs(t *testing.T) {
 	cfg.Cluster.SafekeeperGOMAXPROCS = 0
 	if args := c.safekeeperArgs(0, "sk1", "/x/sk1"); slices.Contains(args, "--gomaxprocs") {
 		t.Errorf("safekeeper_gomaxprocs 0: %s; want no --gomaxprocs", strings.Join(args, " "))
+	}
+	if slices.Contains(args, "--raw-syscalls=false") {
+		t.Errorf("default: %s; want no --raw-syscalls=false", strings.Join(args, " "))
+	}
+	cfg.Cluster.SafekeeperRawSyscalls = false
+	if args := c.safekeeperArgs(0, "sk1", "/x/sk1"); !slices.Contains(args, "--raw-syscalls=false") {
+		t.Errorf("safekeeper_raw_syscalls false: %s; want --raw-syscalls=false", strings.Join(args, " "))
 	}
 }

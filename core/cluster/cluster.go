@@ -560,6 +560,9 @@ func (c *Cluster) safekeeperArgs(i int, id, dir string) []string {
 	if n := c.cfg.Cluster.SafekeeperGOMAXPROCS; n > 0 {
 		args = append(args, "--gomaxprocs", strconv.Itoa(n))
 	}
+	if !c.cfg.Cluster.SafekeeperRawSyscalls {
+		args = append(args, "--raw-syscalls=false")
+	}
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)
 	}

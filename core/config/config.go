@@ -138,6 +138,13 @@ type Cluster struct {
 	// cores, which on a machine shared with Postgres cost 15% of its CPU
 	// (docs/benchmarks.md, Safekeepers).
 	SafekeeperGOMAXPROCS int `mapstructure:"safekeeper_gomaxprocs"`
+	// SafekeeperRawSyscalls makes the safekeepers' WAL path (the
+	// replication socket, the WAL writes and flushes) use raw system
+	// calls, which skip the Go runtime's system-call bookkeeping
+	// (`strata safekeeper --raw-syscalls`; default true). With false they
+	// make the usual calls: about a third more CPU per transaction
+	// (docs/benchmarks.md, Safekeepers).
+	SafekeeperRawSyscalls bool `mapstructure:"safekeeper_raw_syscalls"`
 }
 
 // PageserverGRPCPort returns the pageserver's port (PageserverPort, or the
@@ -332,7 +339,7 @@ var ObjectStoreTypes = []string{"fs", "s3", "gcs", "azure"}
 // the embedded single-machine cluster under ./.strata.
 func Default() Config {
 	return Config{
-		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1},
+		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1, SafekeeperRawSyscalls: true},
 		Compute: Compute{
 			Port:           55432,
 			OSUser:         "postgres",

@@ -45,12 +45,16 @@ func TestDefaultsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ObjectStore.Type != "fs" || cfg.Log.Level != "info" || cfg.Cluster.SafekeeperGOMAXPROCS != 1 {
+	if cfg.ObjectStore.Type != "fs" || cfg.Log.Level != "info" || cfg.Cluster.SafekeeperGOMAXPROCS != 1 || !cfg.Cluster.SafekeeperRawSyscalls {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	cfg, err = LoadEnv("", []string{"STRATA_CLUSTER_SAFEKEEPER_GOMAXPROCS=0"})
 	if err != nil || cfg.Cluster.SafekeeperGOMAXPROCS != 0 {
 		t.Fatalf("cluster.safekeeper_gomaxprocs from the environment: %+v, %v", cfg.Cluster, err)
+	}
+	cfg, err = LoadEnv(writeFile(t, "cluster:\n  safekeeper_raw_syscalls: false\n"), nil)
+	if err != nil || cfg.Cluster.SafekeeperRawSyscalls {
+		t.Fatalf("cluster.safekeeper_raw_syscalls: false in the file: %+v, %v", cfg.Cluster, err)
 	}
 }
 

@@ -121,8 +121,9 @@ func BenchmarkPgbenchCommitLatency(b *testing.B) {
 // (-R) instead of as fast as it can: both setups then carry the same WAL
 // stream with the same batching, which makes their CPU per transaction
 // comparable across runs. walsender-cpu-us/txn is the CPU of Postgres'
-// three walsenders, which the receivers' status replies wake. Run with
-// -benchtime=1x.
+// three walsenders, which the receivers' status replies wake. The
+// safekeepers run with raw system calls on the WAL path (the default) and
+// then without (--raw-syscalls=false). Run with -benchtime=1x.
 //
 //	go test ./core/safekeeper -run XXX -bench ReceiverCPU -benchtime 1x
 func BenchmarkReceiverCPU(b *testing.B) {
@@ -184,19 +185,26 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		waitSync(b, srv, 3)
 		run(b, srv, pids)
 	})
-	b.Run("receivers=safekeepers", func(b *testing.B) {
-		// The production defaults of the intervals, not the tests' short
-		// ones; no archiving (pg_receivewal does none).
-		c := startProcCluster(b, "--status-interval", "1s", "--control-sync-interval", "1s", "--archive=false")
-		waitSync(b, c.srv, 3)
-		var pids []int
-		c.mu.Lock()
-		for _, cmd := range c.cmds {
-			pids = append(pids, cmd.Process.Pid)
+	for _, raw := range []bool{true, false} {
+		name := "receivers=safekeepers"
+		if !raw {
+			name += ",raw-syscalls=false"
 		}
-		c.mu.Unlock()
-		run(b, c.srv, pids)
-	})
+		b.Run(name, func(b *testing.B) {
+			// The production defaults of the intervals, not the tests'
+			// short ones; no archiving (pg_receivewal does none).
+			c := startProcCluster(b, "--status-interval", "1s", "--control-sync-interval", "1s", "--archive=false",
+				fmt.Sprintf("--raw-syscalls=%t", raw))
+			waitSync(b, c.srv, 3)
+			var pids []int
+			c.mu.Lock()
+			for _, cmd := range c.cmds {
+				pids = append(pids, cmd.Process.Pid)
+			}
+			c.mu.Unlock()
+			run(b, c.srv, pids)
+		})
+	}
 }
 
 // walsenders returns the PIDs of srv's walsenders (the Postgres side of

@@ -38,6 +38,13 @@ type Config struct {
 	ControlSyncInterval time.Duration `mapstructure:"control_sync_interval"`
 	// VerifyOnStart checks every stored block's checksum at start.
 	VerifyOnStart bool `mapstructure:"verify_on_start"`
+	// RawSyscalls makes the WAL path's system calls (the replication
+	// socket, the WAL writes and flushes) raw: they skip the Go runtime's
+	// system-call bookkeeping, which cost about a quarter of a
+	// safekeeper's CPU. A flush that takes longer than 20 ms sends the
+	// next 30 s of calls the usual way, so that a stalled disk does not
+	// hold up the rest of the process (internal/rawio). Default true.
+	RawSyscalls bool `mapstructure:"raw_syscalls"`
 	// Archive configures uploads of WAL segments to the object store.
 	Archive ArchiveConfig `mapstructure:"archive"`
 }
@@ -78,6 +85,7 @@ func DefaultConfig() Config {
 		ReconnectDelay:      500 * time.Millisecond,
 		ControlSyncInterval: time.Second,
 		VerifyOnStart:       true,
+		RawSyscalls:         true,
 		Archive: ArchiveConfig{
 			Prefix:       "wal",
 			PartialAfter: 10 * time.Second,

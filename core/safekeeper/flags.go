@@ -18,6 +18,7 @@ func BindFlags(fs *pflag.FlagSet, c *Config) {
 	fs.DurationVar(&c.ReconnectDelay, "reconnect-delay", c.ReconnectDelay, "pause before reconnecting to Postgres")
 	fs.DurationVar(&c.ControlSyncInterval, "control-sync-interval", c.ControlSyncInterval, "how often the control file records the LSNs")
 	fs.BoolVar(&c.VerifyOnStart, "verify-on-start", c.VerifyOnStart, "verify every stored block's checksum at start")
+	fs.BoolVar(&c.RawSyscalls, "raw-syscalls", c.RawSyscalls, "raw system calls on the WAL path, without the Go runtime's bookkeeping (false: the usual calls)")
 	fs.BoolVar(&c.Archive.Enabled, "archive", c.Archive.Enabled, "archive WAL segments to the object store")
 	fs.StringVar(&c.Archive.Prefix, "archive-prefix", c.Archive.Prefix, "object key prefix of archived WAL")
 	fs.DurationVar(&c.Archive.PartialAfter, "archive-partial-after", c.Archive.PartialAfter, "upload the partial segment after this quiet time (0: never)")

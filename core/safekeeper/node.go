@@ -38,6 +38,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/core/safekeeper/stream"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -97,8 +98,16 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	log := deps.Logger.With().Str("safekeeper", cfg.ID).Logger()
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID, cfg.DataDir), wake: make(chan struct{}, 1),
 		commitCh: make(chan struct{}), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
+	var guard *rawio.Guard
+	if cfg.RawSyscalls {
+		guard = &rawio.Guard{OnSlow: func(op string, took time.Duration) {
+			n.m.slowRaw.Inc()
+			log.Warn().Str("call", op).Dur("took", took).Dur("usual_calls_for", rawio.DefaultCooldown).
+				Msg("safekeeper: a raw system call was slow (a busy or stalled disk?); the WAL path makes the usual calls for a while")
+		}}
+	}
 	st, err := walstore.Open(walstore.Options{Dir: cfg.DataDir, VerifyOnOpen: cfg.VerifyOnStart,
-		ObserveFsync: n.m.observeFsync, Logger: log})
+		ObserveFsync: n.m.observeFsync, Guard: guard, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("safekeeper %s: %w", cfg.ID, err)
 	}
@@ -272,7 +281,7 @@ func (n *Node) streamLoop(ctx context.Context) {
 			continue
 		}
 		err := stream.Run(sctx, stream.Config{ConnString: target, AppName: n.cfg.ID, Slot: n.cfg.SlotName(),
-			StatusInterval: n.cfg.StatusInterval, Logger: n.log}, n.st, (*observer)(n))
+			StatusInterval: n.cfg.StatusInterval, RawSocket: n.cfg.RawSyscalls, Logger: n.log}, n.st, (*observer)(n))
 		cancel()
 		close(done)
 		if ctx.Err() != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -57,6 +58,10 @@ type Config struct {
 	// NoOverlap starts streaming exactly at the local write LSN instead of
 	// re-receiving and comparing the last segment.
 	NoOverlap bool
+	// RawSocket makes the replication socket's reads and writes raw system
+	// calls (internal/rawio), which skip the Go runtime's system-call
+	// bookkeeping; the network poller still waits, deadlines hold.
+	RawSocket bool
 	Logger    zerolog.Logger
 }
 
@@ -82,6 +87,16 @@ func Run(ctx context.Context, cfg Config, st *walstore.Store, obs Observer) erro
 		return fmt.Errorf("stream: parse connection string: %w", err)
 	}
 	pcfg.RuntimeParams["replication"] = "true"
+	if cfg.RawSocket && pcfg.DialFunc != nil {
+		dial := pcfg.DialFunc
+		pcfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return rawio.WrapConn(c), nil
+		}
+	}
 	if cfg.AppName != "" {
 		pcfg.RuntimeParams["application_name"] = cfg.AppName
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -224,7 +225,7 @@ func (s *Store) convertEntries(side *os.File, nblocks int) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walstore: convert checksums: %w", err)
 	}
-	err = writeEntries(f, 0, ents)
+	err = writeEntries(nil, f, 0, ents)
 	if err == nil && !s.opts.NoSync {
 		err = f.Sync()
 	}
@@ -277,8 +278,9 @@ func settled(ents []blockEntry) []diskEntry {
 	return out
 }
 
-// writeEntries writes entries ents starting at block lo to the checksum file.
-func writeEntries(side *os.File, lo int, ents []diskEntry) error {
+// writeEntries writes entries ents starting at block lo to the checksum
+// file, raw as g says (rawio: a nil g makes the usual system call).
+func writeEntries(g *rawio.Guard, side *os.File, lo int, ents []diskEntry) error {
 	buf := make([]byte, 0, len(ents)*entrySize)
 	for _, e := range ents {
 		buf = binary.BigEndian.AppendUint32(buf, e.cur.n)
@@ -286,7 +288,7 @@ func writeEntries(side *os.File, lo int, ents []diskEntry) error {
 		buf = binary.BigEndian.AppendUint32(buf, e.prev.n)
 		buf = binary.BigEndian.AppendUint32(buf, e.prev.crc)
 	}
-	if _, err := side.WriteAt(buf, int64(lo*entrySize)); err != nil {
+	if _, err := g.WriteAt(side, buf, int64(lo*entrySize)); err != nil {
 		return fmt.Errorf("walstore: write checksums: %w", err)
 	}
 	return nil
@@ -313,11 +315,11 @@ func (seg *segment) close() {
 // writeOut starts writeback of f's dirty pages in [off, off+n) and waits for
 // it, without a device cache flush: the fdatasync that follows flushes the
 // cache, and with it these pages (see Flush).
-func writeOut(f *os.File, off, n int64) error {
+func writeOut(g *rawio.Guard, f *os.File, off, n int64) error {
 	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
-	if err := unix.SyncFileRange(int(f.Fd()), off, n, flags); err != nil {
+	if err := g.SyncFileRange(f, off, n, flags); err != nil {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ESPIPE) {
-			return datasync(f) // no sync_file_range here: a full sync instead
+			return datasync(g, f) // no sync_file_range here: a full sync instead
 		}
 		return fmt.Errorf("walstore: sync_file_range %s: %w", f.Name(), err)
 	}
@@ -327,12 +329,13 @@ func writeOut(f *os.File, off, n int64) error {
 // startWrite starts writeback of f's dirty pages in [off, off+n) without
 // waiting for it. Best effort: writeOut or fdatasync, which follow, are
 // what make the pages durable, so an error here is left to them.
-func startWrite(f *os.File, off, n int64) {
-	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+func startWrite(g *rawio.Guard, f *os.File, off, n int64) {
+	_ = g.SyncFileRange(f, off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
 
-func datasync(f *os.File) error {
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+// datasync is fdatasync(2) of f, raw as g says.
+func datasync(g *rawio.Guard, f *os.File) error {
+	if err := g.Fdatasync(f); err != nil {
 		return fmt.Errorf("walstore: fdatasync %s: %w", f.Name(), err)
 	}
 	return nil

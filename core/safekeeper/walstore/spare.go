@@ -109,7 +109,7 @@ func (s *Store) makeSpare() error {
 	}
 	err = zeroFill(f, int64(s.segSize), s.spareStop)
 	if err == nil && !s.opts.NoSync {
-		err = datasync(f)
+		err = datasync(nil, f) // long (a whole segment): the usual call
 	}
 	f.Close()
 	if err == nil {

@@ -8,14 +8,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
 const testSeg = 64 << 10
 
+// open opens the store in dir as a safekeeper does by default: with raw
+// system calls on the write and flush path (internal/rawio).
 func open(t *testing.T, dir string) *Store {
 	t.Helper()
-	s, err := Open(Options{Dir: dir, SegmentSize: testSeg, VerifyOnOpen: true})
+	s, err := Open(Options{Dir: dir, SegmentSize: testSeg, VerifyOnOpen: true, Guard: &rawio.Guard{}})
 	if err != nil {
 		t.Fatal(err)
 	}
