@@ -41,8 +41,8 @@ type Config struct {
 	// RawSyscalls makes the WAL path's system calls (the replication
 	// socket, the WAL writes and flushes) raw: they skip the Go runtime's
 	// system-call bookkeeping, which cost about a quarter of a
-	// safekeeper's CPU. A flush that takes longer than 20 ms sends the
-	// next 30 s of calls the usual way, so that a stalled disk does not
+	// safekeeper's CPU. A flush that takes longer than 100 ms sends the
+	// next 10 s of calls the usual way, so that a stalled disk does not
 	// hold up the rest of the process (internal/rawio). Default true.
 	RawSyscalls bool `mapstructure:"raw_syscalls"`
 	// Archive configures uploads of WAL segments to the object store.

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 		diskFull: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_disk_full",
 			Help: "1 while WAL cannot be stored because the data folder's disk is full (the quorum goes on without this safekeeper), else 0.", ConstLabels: c}),
 		slowRaw: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_slow_raw_syscalls_total",
-			Help: "Raw WAL-path system calls that took longer than 20 ms; each sends the next 30 s of calls the usual way (raw_syscalls).", ConstLabels: c}),
+			Help: "Raw WAL-path system calls that took longer than 100 ms; each sends the next 10 s of calls the usual way (raw_syscalls).", ConstLabels: c}),
 	}
 	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
 		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)

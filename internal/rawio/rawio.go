@@ -34,8 +34,8 @@ import (
 
 // Defaults of a Guard's zero fields.
 const (
-	DefaultSlow     = 20 * time.Millisecond
-	DefaultCooldown = 30 * time.Second
+	DefaultSlow     = 100 * time.Millisecond
+	DefaultCooldown = 10 * time.Second
 )
 
 // Guard makes file system calls raw while they are quick. A raw call that

@@ -58,7 +58,7 @@ func TestWriteAt(t *testing.T) {
 			t.Fatalf("guard %v: file content differs from what was written", g != nil)
 		}
 		if g.SlowCalls() != 0 {
-			// Not impossible on a very busy machine, but 20 ms per call
+			// Not impossible on a very busy machine, but 100 ms per call
 			// would be.
 			t.Logf("guard %v: %d slow calls", g != nil, g.SlowCalls())
 		}
