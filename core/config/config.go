@@ -142,7 +142,7 @@ type Cluster struct {
 	// replication socket, the WAL writes and flushes) use raw system
 	// calls, which skip the Go runtime's system-call bookkeeping
 	// (`strata safekeeper --raw-syscalls`; default true). With false they
-	// make the usual calls: about a third more CPU per transaction
+	// make the usual calls: about 30% more CPU per transaction
 	// (docs/benchmarks.md, Safekeepers).
 	SafekeeperRawSyscalls bool `mapstructure:"safekeeper_raw_syscalls"`
 }
