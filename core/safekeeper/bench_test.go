@@ -123,7 +123,9 @@ func BenchmarkPgbenchCommitLatency(b *testing.B) {
 // comparable across runs. walsender-cpu-us/txn is the CPU of Postgres'
 // three walsenders, which the receivers' status replies wake. The
 // safekeepers run with raw system calls on the WAL path (the default) and
-// then without (--raw-syscalls=false). Run with -benchtime=1x.
+// then without (--raw-syscalls=false). STRATA_BENCH_SAFEKEEPER_ARGS adds
+// flags to every safekeeper (e.g. "--peer-poll-interval=0"). Run with
+// -benchtime=1x.
 //
 //	go test ./core/safekeeper -run XXX -bench ReceiverCPU -benchtime 1x
 func BenchmarkReceiverCPU(b *testing.B) {
@@ -193,8 +195,9 @@ func BenchmarkReceiverCPU(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			// The production defaults of the intervals, not the tests'
 			// short ones; no archiving (pg_receivewal does none).
-			c := startProcCluster(b, "--status-interval", "1s", "--control-sync-interval", "1s", "--archive=false",
-				fmt.Sprintf("--raw-syscalls=%t", raw))
+			args := []string{"--status-interval", "1s", "--control-sync-interval", "1s", "--archive=false",
+				fmt.Sprintf("--raw-syscalls=%t", raw)}
+			c := startProcCluster(b, append(args, strings.Fields(os.Getenv("STRATA_BENCH_SAFEKEEPER_ARGS"))...)...)
 			waitSync(b, c.srv, 3)
 			var pids []int
 			c.mu.Lock()

@@ -22,6 +22,7 @@ type metrics struct {
 	term        prometheus.Gauge
 	diskFull    prometheus.Gauge
 	slowRaw     prometheus.Counter
+	peerPolls   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
@@ -50,11 +51,13 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 			Help: "1 while WAL cannot be stored because the data folder's disk is full (the quorum goes on without this safekeeper), else 0.", ConstLabels: c}),
 		slowRaw: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_slow_raw_syscalls_total",
 			Help: "Raw WAL-path system calls that took longer than 100 ms; each sends the next 10 s of calls the usual way (raw_syscalls).", ConstLabels: c}),
+		peerPolls: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_peer_poll_rounds_total",
+			Help: "Rounds of status calls to the peers (for the commit LSN); one per flush of this node's at most, else every 50 ms while its flushed WAL is not known committed, else every second.", ConstLabels: c}),
 	}
 	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
 		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, free} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, free} {
 			reg.MustRegister(col)
 		}
 	}

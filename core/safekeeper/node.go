@@ -494,6 +494,7 @@ func (n *Node) peerLoop(ctx context.Context) {
 	for {
 		// Taken before the poll, so that a flush during it wakes the wait.
 		flushed := n.st.FlushNotify()
+		n.m.peerPolls.Inc()
 		var wg sync.WaitGroup
 		for _, p := range n.peers {
 			wg.Add(1)
