@@ -79,7 +79,7 @@ func skipImport(p string) bool {
 type ImportTarget interface {
 	Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint32, bool, error)
 	SetRelSize(ctx context.Context, rel pg.RelTag, n uint32, w pg.LSN) error
-	PutPages(ctx context.Context, ws []timeline.PageWrite) (pg.LSN, error)
+	PutPages(ctx context.Context, ws []timeline.PageWrite, sizes ...timeline.SizeWrite) (pg.LSN, error)
 	WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error
 	TruncateFile(ctx context.Context, path string, size int64, w pg.LSN) error
 }

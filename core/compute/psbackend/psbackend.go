@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"sort"
 	"strconv"
@@ -124,6 +125,12 @@ type Backend struct {
 	// at least (this compute is the only writer): a batch whose pages all
 	// lie below it extends nothing there, and flush need not restate it.
 	psSize map[pg.RelTag]uint32
+	// resized holds the forks created or truncated since the last send,
+	// each with the number of its latest such change (resizes counts
+	// them): the next flush stores their sizes with the page writes, in
+	// the same round trip, and forgets only the changes it carried.
+	resized map[pg.RelTag]uint64
+	resizes uint64
 
 	kick     chan struct{} // cap 1: the buffer is full, the flusher should send it
 	stop     chan struct{} // closed by Close: the flusher exits
@@ -155,7 +162,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.WriteBuffer <= 0 {
 		opts.WriteBuffer = 64
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, lostCh: make(chan struct{}),
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, resized: map[pg.RelTag]uint64{}, lostCh: make(chan struct{}),
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
@@ -351,21 +358,23 @@ func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
 	return out, nil
 }
 
-// CreateRel implements fusefs.Backend.
+// CreateRel implements fusefs.Backend. The new fork exists here at once;
+// the pageserver learns of it with the next send of the page buffer (a
+// full buffer, Sync, a size change, Close), in the same round trip as the
+// pages. Like a buffered page, a fork that no Sync covered is gone after a
+// crash of the agent, and Postgres' crash recovery creates it again from
+// the WAL (smgr create records); one that a Sync covered is durable.
 func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
-	ctx = context.WithoutCancel(ctx)
-	if err := b.flush(ctx); err != nil {
-		return err
-	}
-	w = b.sizeTag(rel, w)
-	if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, 0, w)); err != nil {
-		return err
-	}
-	b.sent(w, 0)
+	b.sizeTag(rel, w)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
 	b.rels[rel] = 0
-	b.psSize[rel] = 0
-	b.mu.Unlock()
+	delete(b.psSize, rel)
+	b.resizes++
+	b.resized[rel] = b.resizes
 	return nil
 }
 
@@ -499,16 +508,19 @@ func (b *Backend) flusher() {
 	}
 }
 
-// flush sends every buffered page write. Pages stay readable from the
-// buffer until the pageserver has them.
+// flush sends every buffered page write, and the sizes of the forks that
+// were created, truncated or extended, in one PutPages (several when there are more
+// than ZeroBatch pages; the sizes go with the last). Pages stay readable
+// from the buffer until the pageserver has them.
 func (b *Backend) flush(ctx context.Context) error {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
 	b.mu.Lock()
-	if len(b.buf) == 0 {
+	if len(b.buf) == 0 && len(b.resized) == 0 {
 		b.mu.Unlock()
 		return nil
 	}
+	resized := maps.Clone(b.resized)
 	sent := make(map[pg.PageKey]*bufPage, len(b.buf))
 	ws := make([]client.PageWrite, 0, len(b.buf))
 	for k, p := range b.buf {
@@ -537,56 +549,63 @@ func (b *Backend) flush(ctx context.Context) error {
 		}
 		return ws[i].Page.Block < ws[j].Page.Block
 	})
+	// The sizes stored with the pages: every fork created or truncated
+	// since the last send, and every fork the pages extend, restated at or above its
+	// pages' W (the pageserver extends a fork at the W of the page past
+	// its end; the restated size, stored after it, is the newest version
+	// whatever the order of earlier size changes). A fork whose pages all
+	// lie below the size the pageserver already has was not extended
+	// (overwrites: a checkpoint's writes, evictions) and needs none.
+	top := map[pg.RelTag]pg.LSN{}
+	b.mu.Lock()
+	for _, w := range ws {
+		rel := w.Page.Tag()
+		if n, ok := b.psSize[rel]; !ok || w.Page.Block >= n {
+			top[rel] = sendW
+		}
+	}
+	for rel := range resized {
+		top[rel] = sendW
+	}
+	sizes := make([]client.SizeWrite, 0, len(top))
+	for rel, w := range top {
+		n, ok := b.rels[rel]
+		if !ok {
+			continue // unlinked meanwhile (never a page of a fork that does not exist)
+		}
+		w = max(w, b.sizeW[rel])
+		b.sizeW[rel] = w
+		sizes = append(sizes, client.SizeWrite{Rel: rel, Nblocks: n, W: w})
+	}
+	b.mu.Unlock()
 	var maxW pg.LSN
-	for off := 0; off < len(ws); off += b.opts.ZeroBatch {
+	for off := 0; off == 0 || off < len(ws); off += b.opts.ZeroBatch {
 		batch := ws[off:min(len(ws), off+b.opts.ZeroBatch)]
 		for _, w := range batch {
 			maxW = max(maxW, w.W)
 		}
-		if err := b.note(maxW)(b.c.PutPagesAck(ctx, b.tl, batch)); err != nil {
+		var withSizes []client.SizeWrite
+		if off+b.opts.ZeroBatch >= len(ws) {
+			withSizes = sizes // the last call
+			for _, sz := range sizes {
+				maxW = max(maxW, sz.W)
+			}
+		}
+		if err := b.note(maxW)(b.c.PutPagesAck(ctx, b.tl, batch, withSizes...)); err != nil {
 			return err
 		}
 	}
-	// The pageserver extended a fork at the W of the page past its end;
-	// with mixed W in a batch an older size could be the newest version.
-	// Restate the size of every fork the batch extended, above all of its
-	// pages' W. A fork whose pages all lie below the size the pageserver
-	// already has was not extended (overwrites: a checkpoint's writes,
-	// evictions) and needs no restating, which saves a round trip and a
-	// log fsync on the pageserver per fork and batch.
-	top := map[pg.RelTag]pg.LSN{}
-	ext := map[pg.RelTag]bool{}
 	b.mu.Lock()
-	for _, w := range ws {
-		rel := w.Page.Tag()
-		top[rel] = max(top[rel], w.W)
-		if n, ok := b.psSize[rel]; !ok || w.Page.Block >= n {
-			ext[rel] = true
+	for _, sz := range sizes {
+		if _, ok := b.rels[sz.Rel]; ok {
+			b.psSize[sz.Rel] = sz.Nblocks
 		}
 	}
-	b.mu.Unlock()
-	for rel, w := range top {
-		if !ext[rel] {
-			continue
+	for rel, seq := range resized {
+		if b.resized[rel] == seq {
+			delete(b.resized, rel)
 		}
-		b.mu.Lock()
-		n, ok := b.rels[rel]
-		b.mu.Unlock()
-		if !ok {
-			continue
-		}
-		w = b.sizeTag(rel, w)
-		if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, n, w)); err != nil {
-			return err
-		}
-		b.sent(w, 0)
-		b.mu.Lock()
-		if _, ok := b.rels[rel]; ok {
-			b.psSize[rel] = n
-		}
-		b.mu.Unlock()
 	}
-	b.mu.Lock()
 	for k, p := range sent {
 		if b.buf[k] == p {
 			delete(b.buf, k)
@@ -626,7 +645,11 @@ func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w 
 	return b.buffer(ctx, key, bytes.Clone(page), w)
 }
 
-// TruncateRel implements fusefs.Backend.
+// TruncateRel implements fusefs.Backend. Like CreateRel it makes no round
+// trip: the buffered writes of the blocks it cuts are dropped, an
+// extension buffers zero pages, and the new size goes to the pageserver
+// with the next send, stored above the pages sent with it (and above every
+// send before, which may have carried pages it cuts).
 func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
 	n, err := b.size(rel)
@@ -638,20 +661,20 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 			return err
 		}
 	}
-	if err := b.flush(ctx); err != nil {
-		return err
-	}
-	w = b.sizeTag(rel, w)
-	if err := b.note(w)(b.c.SetRelSizeAck(ctx, b.tl, rel, nblocks, w)); err != nil {
-		return err
-	}
-	b.sent(w, 0)
+	b.sizeTag(rel, w)
 	b.mu.Lock()
-	b.psSize[rel] = nblocks
-	if _, ok := b.rels[rel]; ok {
-		b.rels[rel] = nblocks
+	defer b.mu.Unlock()
+	if _, ok := b.rels[rel]; !ok {
+		return fmt.Errorf("%w: relation %s", fusefs.ErrNotFound, rel)
 	}
-	b.mu.Unlock()
+	for k := range b.buf {
+		if k.Tag() == rel && k.Block >= nblocks {
+			delete(b.buf, k)
+		}
+	}
+	b.rels[rel] = nblocks
+	b.resizes++
+	b.resized[rel] = b.resizes
 	return nil
 }
 
@@ -672,6 +695,7 @@ func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	b.mu.Lock()
 	delete(b.rels, rel)
 	delete(b.psSize, rel)
+	delete(b.resized, rel)
 	b.mu.Unlock()
 	return nil
 }

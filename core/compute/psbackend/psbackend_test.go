@@ -23,6 +23,7 @@ import (
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
+	pb "github.com/stratadb/strata/core/pageserver/pageserverpb"
 	"github.com/stratadb/strata/core/pageserver/server"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
@@ -36,6 +37,7 @@ type harness struct {
 
 	mu    sync.Mutex
 	calls map[string]int // gRPC calls the pageserver answered, by method
+	sizes int            // fork sizes stored: RelOp calls plus the sizes in PutPages
 
 	failPuts atomic.Bool // PutPages fails (an injected error) while set
 }
@@ -46,6 +48,25 @@ func (h *harness) count(method string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls["/strata.pageserver.v1.PageService/"+method]
+}
+
+// total returns how many calls the pageserver has answered.
+func (h *harness) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.calls {
+		n += c
+	}
+	return n
+}
+
+// sizeWrites returns how many fork sizes the pageserver was sent (RelOp
+// calls and the sizes that PutPages carried).
+func (h *harness) sizeWrites() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sizes
 }
 
 func start(tb testing.TB, dir string, store objectstore.Store) *harness {
@@ -69,6 +90,12 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 		}
 		h.mu.Lock()
 		h.calls[info.FullMethod]++
+		switch r := req.(type) {
+		case *pb.PutPagesRequest:
+			h.sizes += len(r.Sizes)
+		case *pb.RelOpRequest:
+			h.sizes++
+		}
 		h.mu.Unlock()
 		return next(ctx, req)
 	}
@@ -270,8 +297,8 @@ func TestWriteBuffer(t *testing.T) {
 		t.Fatalf("buffered page: %v, %d", err, buf[0])
 	}
 	other := open(t, h, psbackend.Options{})
-	if n, err := other.Nblocks(ctx, rel); err != nil || n != 0 {
-		t.Fatalf("another Backend sees %d blocks (%v) before the buffer was sent", n, err)
+	if n, err := other.Nblocks(ctx, rel); !errors.Is(err, fusefs.ErrNotFound) {
+		t.Fatalf("another Backend sees the new fork (%d blocks, %v) before the buffer was sent", n, err)
 	}
 	if err := be.TruncateRel(ctx, rel, 5, 30); err != nil {
 		t.Fatal(err)
@@ -347,7 +374,7 @@ func TestBufferedSizeWithMixedW(t *testing.T) {
 
 // TestOverwritesRestateNoSize: batches that only overwrite pages below the
 // fork's size on the pageserver (a checkpoint's writes) send no size
-// change (each is a round trip and a log fsync there); a batch that
+// change (each is a version to store there); a batch that
 // extends the fork restates its size, and a fresh Backend sees every page.
 func TestOverwritesRestateNoSize(t *testing.T) {
 	ctx := context.Background()
@@ -374,7 +401,7 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 	if err := be.Sync(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	sizes := h.count("RelOp")
+	sizes := h.sizeWrites()
 	if sizes < 1 {
 		t.Fatalf("extending by 10 pages sent %d size changes", sizes)
 	}
@@ -386,14 +413,14 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 	if err := be.Sync(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if n := h.count("RelOp") - sizes; n != 0 {
+	if n := h.sizeWrites() - sizes; n != 0 {
 		t.Fatalf("20 overwrites in batches sent %d size changes, want 0", n)
 	}
 	write(12, 4) // past the end: blocks 10 and 11 become zeros
 	if err := be.Sync(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if h.count("RelOp") == sizes {
+	if h.sizeWrites() == sizes {
 		t.Fatal("an extension sent no size change")
 	}
 	other := open(t, h, psbackend.Options{})
@@ -412,6 +439,97 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 		if err := other.ReadPage(ctx, rel.Page(blk), 0, buf); err != nil || !bytes.Equal(buf, want) {
 			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
 		}
+	}
+}
+
+// TestCreateRelTravelsWithPages: creating forks costs no round trip; the
+// next send stores them with the page writes in one PutPages (empty forks
+// too, and a fork written meanwhile with its size), after which another
+// Backend sees them; an unlink afterwards drops one. A Backend that dies
+// before any send leaves no trace of its new forks (Postgres' crash
+// recovery creates them again from the WAL).
+func TestCreateRelTravelsWithPages(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	empty := []pg.RelTag{{Spc: 1663, DB: 5, Rel: 16384}, {Spc: 1663, DB: 5, Rel: 16384, Fork: pg.FSMFork}, {Spc: 1663, DB: 5, Rel: 16390}}
+	full := pg.RelTag{Spc: 1663, DB: 5, Rel: 16387}
+	calls := h.total()
+	w := pg.LSN(100)
+	for _, rel := range append(empty, full) {
+		w += 10
+		if err := be.CreateRel(ctx, rel, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.total() - calls; n != 0 {
+		t.Fatalf("creating 4 forks made %d calls to the pageserver, want 0", n)
+	}
+	for _, rel := range append(empty, full) {
+		if n, err := be.Nblocks(ctx, rel); err != nil || n != 0 {
+			t.Fatalf("%s here: %d blocks, %v", rel, n, err)
+		}
+	}
+	for blk := uint32(0); blk < 3; blk++ {
+		w += 10
+		if err := be.WritePage(ctx, full.Page(blk), page(byte(blk+1)), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := open(t, h, psbackend.Options{})
+	for _, rel := range append(empty, full) {
+		if _, err := other.Nblocks(ctx, rel); !errors.Is(err, fusefs.ErrNotFound) {
+			t.Fatalf("another Backend sees %s before the send: %v", rel, err)
+		}
+	}
+	puts, relops := h.count("PutPages"), h.count("RelOp")
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.count("PutPages") - puts; n != 1 {
+		t.Fatalf("Sync sent %d PutPages, want 1", n)
+	}
+	if n := h.count("RelOp") - relops; n != 0 {
+		t.Fatalf("Sync sent %d RelOp, want 0 (the sizes travel with the pages)", n)
+	}
+	other = open(t, h, psbackend.Options{})
+	for _, rel := range empty {
+		if n, err := other.Nblocks(ctx, rel); err != nil || n != 0 {
+			t.Fatalf("after Sync, %s: %d blocks, %v; want an empty fork", rel, n, err)
+		}
+	}
+	if n, err := other.Nblocks(ctx, full); err != nil || n != 3 {
+		t.Fatalf("after Sync, %s: %d blocks, %v; want 3", full, n, err)
+	}
+	buf := make([]byte, pg.BlockSize)
+	for blk := uint32(0); blk < 3; blk++ {
+		if err := other.ReadPage(ctx, full.Page(blk), 0, buf); err != nil || !bytes.Equal(buf, page(byte(blk+1))) {
+			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
+		}
+	}
+	w += 10
+	if err := be.UnlinkRel(ctx, empty[2], w); err != nil {
+		t.Fatal(err)
+	}
+	// A fork created after the last send, by a Backend that then dies
+	// without sending (no Close): gone.
+	lost := pg.RelTag{Spc: 1663, DB: 5, Rel: 16400}
+	w += 10
+	if err := be.CreateRel(ctx, lost, w); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if _, err := other.Nblocks(ctx, empty[2]); !errors.Is(err, fusefs.ErrNotFound) {
+		t.Fatalf("unlinked %s: %v", empty[2], err)
+	}
+	if _, err := other.Nblocks(ctx, lost); !errors.Is(err, fusefs.ErrNotFound) {
+		t.Fatalf("unsent %s: %v", lost, err)
+	}
+	if n, err := other.Nblocks(ctx, empty[0]); err != nil || n != 0 {
+		t.Fatalf("%s after the unlink of another: %d blocks, %v", empty[0], n, err)
 	}
 }
 

@@ -334,11 +334,20 @@ func (c *Client) PutPages(ctx context.Context, tl pg.TimelineID, ws []PageWrite)
 	return a.Durable, err
 }
 
-// PutPagesAck is PutPages with the incarnation (see the package doc).
-func (c *Client) PutPagesAck(ctx context.Context, tl pg.TimelineID, ws []PageWrite) (Ack, error) {
+// SizeWrite is a relation fork's size written at W with PutPagesAck.
+type SizeWrite = timeline.SizeWrite
+
+// PutPagesAck is PutPages with the incarnation (see the package doc), and
+// with fork sizes stored in the same write after the pages (a fork
+// created since the last send, a size restated above its pages): one round
+// trip for all of them.
+func (c *Client) PutPagesAck(ctx context.Context, tl pg.TimelineID, ws []PageWrite, sizes ...SizeWrite) (Ack, error) {
 	req := &pb.PutPagesRequest{Timeline: tl[:], Pages: make([]*pb.PageWrite, len(ws)), Term: c.Term()}
 	for i, w := range ws {
 		req.Pages[i] = &pb.PageWrite{Rel: rt(w.Page.Tag()), Block: w.Page.Block, W: uint64(w.W), Page: w.Data}
+	}
+	for _, s := range sizes {
+		req.Sizes = append(req.Sizes, &pb.RelSizeWrite{Rel: rt(s.Rel), Nblocks: s.Nblocks, W: uint64(s.W)})
 	}
 	resp, err := c.rpc.PutPages(ctx, req)
 	if err != nil {
@@ -629,8 +638,9 @@ func (t importTarget) SetRelSize(ctx context.Context, rel pg.RelTag, n uint32, w
 	return t.c.SetRelSize(ctx, t.tl, rel, n, w)
 }
 
-func (t importTarget) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
-	return t.c.PutPages(ctx, t.tl, ws)
+func (t importTarget) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWrite) (pg.LSN, error) {
+	a, err := t.c.PutPagesAck(ctx, t.tl, ws, sizes...)
+	return a.Durable, err
 }
 
 func (t importTarget) WriteFile(ctx context.Context, path string, off int64, data []byte, w pg.LSN) error {

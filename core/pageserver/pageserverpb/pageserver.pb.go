@@ -128,7 +128,7 @@ func (x RelOpRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RelOpRequest_Op.Descriptor instead.
 func (RelOpRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{12, 0}
+	return file_pageserver_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type FileOpRequest_Op int32
@@ -177,7 +177,7 @@ func (x FileOpRequest_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileOpRequest_Op.Descriptor instead.
 func (FileOpRequest_Op) EnumDescriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{15, 0}
+	return file_pageserver_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type RelTag struct {
@@ -571,10 +571,14 @@ func (x *PageWrite) GetPage() []byte {
 // below the one set by BeginTerm is refused (FAILED_PRECONDITION); 0 means
 // no fencing (tests, old callers).
 type PutPagesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
-	Pages         []*PageWrite           `protobuf:"bytes,2,rep,name=pages,proto3" json:"pages,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Timeline []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
+	Pages    []*PageWrite           `protobuf:"bytes,2,rep,name=pages,proto3" json:"pages,omitempty"`
+	Term     uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// Fork sizes stored in the same write, after the pages: a fork created
+	// since the last send, or a size restated above the pages that extended
+	// it. A size at the same W as a page's extension replaces it.
+	Sizes         []*RelSizeWrite `protobuf:"bytes,4,rep,name=sizes,proto3" json:"sizes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +634,73 @@ func (x *PutPagesRequest) GetTerm() uint64 {
 	return 0
 }
 
+func (x *PutPagesRequest) GetSizes() []*RelSizeWrite {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+type RelSizeWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rel           *RelTag                `protobuf:"bytes,1,opt,name=rel,proto3" json:"rel,omitempty"`
+	Nblocks       uint32                 `protobuf:"varint,2,opt,name=nblocks,proto3" json:"nblocks,omitempty"`
+	W             uint64                 `protobuf:"varint,3,opt,name=w,proto3" json:"w,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelSizeWrite) Reset() {
+	*x = RelSizeWrite{}
+	mi := &file_pageserver_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelSizeWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelSizeWrite) ProtoMessage() {}
+
+func (x *RelSizeWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelSizeWrite.ProtoReflect.Descriptor instead.
+func (*RelSizeWrite) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RelSizeWrite) GetRel() *RelTag {
+	if x != nil {
+		return x.Rel
+	}
+	return nil
+}
+
+func (x *RelSizeWrite) GetNblocks() uint32 {
+	if x != nil {
+		return x.Nblocks
+	}
+	return 0
+}
+
+func (x *RelSizeWrite) GetW() uint64 {
+	if x != nil {
+		return x.W
+	}
+	return 0
+}
+
 // The answer of every mutation and of GetDurable: the timeline's durable LSN
 // and the pageserver's incarnation (random per process start). Versions
 // accepted by one incarnation and not yet durable are lost when the
@@ -644,7 +715,7 @@ type PutPagesResponse struct {
 
 func (x *PutPagesResponse) Reset() {
 	*x = PutPagesResponse{}
-	mi := &file_pageserver_proto_msgTypes[7]
+	mi := &file_pageserver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +727,7 @@ func (x *PutPagesResponse) String() string {
 func (*PutPagesResponse) ProtoMessage() {}
 
 func (x *PutPagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[7]
+	mi := &file_pageserver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +740,7 @@ func (x *PutPagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPagesResponse.ProtoReflect.Descriptor instead.
 func (*PutPagesResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{7}
+	return file_pageserver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PutPagesResponse) GetDurableLsn() uint64 {
@@ -698,7 +769,7 @@ type NblocksRequest struct {
 
 func (x *NblocksRequest) Reset() {
 	*x = NblocksRequest{}
-	mi := &file_pageserver_proto_msgTypes[8]
+	mi := &file_pageserver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +781,7 @@ func (x *NblocksRequest) String() string {
 func (*NblocksRequest) ProtoMessage() {}
 
 func (x *NblocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[8]
+	mi := &file_pageserver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +794,7 @@ func (x *NblocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NblocksRequest.ProtoReflect.Descriptor instead.
 func (*NblocksRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{8}
+	return file_pageserver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NblocksRequest) GetTimeline() []byte {
@@ -764,7 +835,7 @@ type NblocksResponse struct {
 
 func (x *NblocksResponse) Reset() {
 	*x = NblocksResponse{}
-	mi := &file_pageserver_proto_msgTypes[9]
+	mi := &file_pageserver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +847,7 @@ func (x *NblocksResponse) String() string {
 func (*NblocksResponse) ProtoMessage() {}
 
 func (x *NblocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[9]
+	mi := &file_pageserver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +860,7 @@ func (x *NblocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NblocksResponse.ProtoReflect.Descriptor instead.
 func (*NblocksResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{9}
+	return file_pageserver_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NblocksResponse) GetExists() []bool {
@@ -818,7 +889,7 @@ type DbSizeRequest struct {
 
 func (x *DbSizeRequest) Reset() {
 	*x = DbSizeRequest{}
-	mi := &file_pageserver_proto_msgTypes[10]
+	mi := &file_pageserver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +901,7 @@ func (x *DbSizeRequest) String() string {
 func (*DbSizeRequest) ProtoMessage() {}
 
 func (x *DbSizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[10]
+	mi := &file_pageserver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +914,7 @@ func (x *DbSizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DbSizeRequest.ProtoReflect.Descriptor instead.
 func (*DbSizeRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{10}
+	return file_pageserver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DbSizeRequest) GetTimeline() []byte {
@@ -883,7 +954,7 @@ type DbSizeResponse struct {
 
 func (x *DbSizeResponse) Reset() {
 	*x = DbSizeResponse{}
-	mi := &file_pageserver_proto_msgTypes[11]
+	mi := &file_pageserver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +966,7 @@ func (x *DbSizeResponse) String() string {
 func (*DbSizeResponse) ProtoMessage() {}
 
 func (x *DbSizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[11]
+	mi := &file_pageserver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +979,7 @@ func (x *DbSizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DbSizeResponse.ProtoReflect.Descriptor instead.
 func (*DbSizeResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{11}
+	return file_pageserver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DbSizeResponse) GetBytes() int64 {
@@ -932,7 +1003,7 @@ type RelOpRequest struct {
 
 func (x *RelOpRequest) Reset() {
 	*x = RelOpRequest{}
-	mi := &file_pageserver_proto_msgTypes[12]
+	mi := &file_pageserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1015,7 @@ func (x *RelOpRequest) String() string {
 func (*RelOpRequest) ProtoMessage() {}
 
 func (x *RelOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[12]
+	mi := &file_pageserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1028,7 @@ func (x *RelOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelOpRequest.ProtoReflect.Descriptor instead.
 func (*RelOpRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{12}
+	return file_pageserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RelOpRequest) GetTimeline() []byte {
@@ -1013,7 +1084,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_pageserver_proto_msgTypes[13]
+	mi := &file_pageserver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1096,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[13]
+	mi := &file_pageserver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1109,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{13}
+	return file_pageserver_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetFileRequest) GetTimeline() []byte {
@@ -1072,7 +1143,7 @@ type GetFileResponse struct {
 
 func (x *GetFileResponse) Reset() {
 	*x = GetFileResponse{}
-	mi := &file_pageserver_proto_msgTypes[14]
+	mi := &file_pageserver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1155,7 @@ func (x *GetFileResponse) String() string {
 func (*GetFileResponse) ProtoMessage() {}
 
 func (x *GetFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[14]
+	mi := &file_pageserver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1168,7 @@ func (x *GetFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileResponse.ProtoReflect.Descriptor instead.
 func (*GetFileResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{14}
+	return file_pageserver_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetFileResponse) GetData() []byte {
@@ -1130,7 +1201,7 @@ type FileOpRequest struct {
 
 func (x *FileOpRequest) Reset() {
 	*x = FileOpRequest{}
-	mi := &file_pageserver_proto_msgTypes[15]
+	mi := &file_pageserver_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1213,7 @@ func (x *FileOpRequest) String() string {
 func (*FileOpRequest) ProtoMessage() {}
 
 func (x *FileOpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[15]
+	mi := &file_pageserver_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1226,7 @@ func (x *FileOpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileOpRequest.ProtoReflect.Descriptor instead.
 func (*FileOpRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{15}
+	return file_pageserver_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FileOpRequest) GetTimeline() []byte {
@@ -1224,7 +1295,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_pageserver_proto_msgTypes[16]
+	mi := &file_pageserver_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1307,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[16]
+	mi := &file_pageserver_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1320,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{16}
+	return file_pageserver_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListFilesRequest) GetTimeline() []byte {
@@ -1276,7 +1347,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_pageserver_proto_msgTypes[17]
+	mi := &file_pageserver_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1359,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[17]
+	mi := &file_pageserver_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1372,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{17}
+	return file_pageserver_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1328,7 +1399,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_pageserver_proto_msgTypes[18]
+	mi := &file_pageserver_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1411,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[18]
+	mi := &file_pageserver_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1424,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{18}
+	return file_pageserver_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -1380,7 +1451,7 @@ type BasebackupRequest struct {
 
 func (x *BasebackupRequest) Reset() {
 	*x = BasebackupRequest{}
-	mi := &file_pageserver_proto_msgTypes[19]
+	mi := &file_pageserver_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1463,7 @@ func (x *BasebackupRequest) String() string {
 func (*BasebackupRequest) ProtoMessage() {}
 
 func (x *BasebackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[19]
+	mi := &file_pageserver_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1476,7 @@ func (x *BasebackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BasebackupRequest.ProtoReflect.Descriptor instead.
 func (*BasebackupRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{19}
+	return file_pageserver_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BasebackupRequest) GetTimeline() []byte {
@@ -1431,7 +1502,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_pageserver_proto_msgTypes[20]
+	mi := &file_pageserver_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1514,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[20]
+	mi := &file_pageserver_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1527,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{20}
+	return file_pageserver_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -1477,7 +1548,7 @@ type TimelineRequest struct {
 
 func (x *TimelineRequest) Reset() {
 	*x = TimelineRequest{}
-	mi := &file_pageserver_proto_msgTypes[21]
+	mi := &file_pageserver_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1560,7 @@ func (x *TimelineRequest) String() string {
 func (*TimelineRequest) ProtoMessage() {}
 
 func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[21]
+	mi := &file_pageserver_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1573,7 @@ func (x *TimelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineRequest.ProtoReflect.Descriptor instead.
 func (*TimelineRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{21}
+	return file_pageserver_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TimelineRequest) GetTimeline() []byte {
@@ -1546,7 +1617,7 @@ type TimelineInfo struct {
 
 func (x *TimelineInfo) Reset() {
 	*x = TimelineInfo{}
-	mi := &file_pageserver_proto_msgTypes[22]
+	mi := &file_pageserver_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1629,7 @@ func (x *TimelineInfo) String() string {
 func (*TimelineInfo) ProtoMessage() {}
 
 func (x *TimelineInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[22]
+	mi := &file_pageserver_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1642,7 @@ func (x *TimelineInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimelineInfo.ProtoReflect.Descriptor instead.
 func (*TimelineInfo) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{22}
+	return file_pageserver_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TimelineInfo) GetTimeline() []byte {
@@ -1666,7 +1737,7 @@ type ListTimelinesRequest struct {
 
 func (x *ListTimelinesRequest) Reset() {
 	*x = ListTimelinesRequest{}
-	mi := &file_pageserver_proto_msgTypes[23]
+	mi := &file_pageserver_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1749,7 @@ func (x *ListTimelinesRequest) String() string {
 func (*ListTimelinesRequest) ProtoMessage() {}
 
 func (x *ListTimelinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[23]
+	mi := &file_pageserver_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1762,7 @@ func (x *ListTimelinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTimelinesRequest.ProtoReflect.Descriptor instead.
 func (*ListTimelinesRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{23}
+	return file_pageserver_proto_rawDescGZIP(), []int{24}
 }
 
 type ListTimelinesResponse struct {
@@ -1703,7 +1774,7 @@ type ListTimelinesResponse struct {
 
 func (x *ListTimelinesResponse) Reset() {
 	*x = ListTimelinesResponse{}
-	mi := &file_pageserver_proto_msgTypes[24]
+	mi := &file_pageserver_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1786,7 @@ func (x *ListTimelinesResponse) String() string {
 func (*ListTimelinesResponse) ProtoMessage() {}
 
 func (x *ListTimelinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[24]
+	mi := &file_pageserver_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1799,7 @@ func (x *ListTimelinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTimelinesResponse.ProtoReflect.Descriptor instead.
 func (*ListTimelinesResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{24}
+	return file_pageserver_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListTimelinesResponse) GetTimelines() []*TimelineInfo {
@@ -1748,7 +1819,7 @@ type AdvanceCommitLSNRequest struct {
 
 func (x *AdvanceCommitLSNRequest) Reset() {
 	*x = AdvanceCommitLSNRequest{}
-	mi := &file_pageserver_proto_msgTypes[25]
+	mi := &file_pageserver_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1831,7 @@ func (x *AdvanceCommitLSNRequest) String() string {
 func (*AdvanceCommitLSNRequest) ProtoMessage() {}
 
 func (x *AdvanceCommitLSNRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[25]
+	mi := &file_pageserver_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1844,7 @@ func (x *AdvanceCommitLSNRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceCommitLSNRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceCommitLSNRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{25}
+	return file_pageserver_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AdvanceCommitLSNRequest) GetTimeline() []byte {
@@ -1798,7 +1869,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_pageserver_proto_msgTypes[26]
+	mi := &file_pageserver_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1881,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[26]
+	mi := &file_pageserver_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1894,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{26}
+	return file_pageserver_proto_rawDescGZIP(), []int{27}
 }
 
 // BeginTermRequest: a compute that won the safekeeper election for term
@@ -1840,7 +1911,7 @@ type BeginTermRequest struct {
 
 func (x *BeginTermRequest) Reset() {
 	*x = BeginTermRequest{}
-	mi := &file_pageserver_proto_msgTypes[27]
+	mi := &file_pageserver_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1923,7 @@ func (x *BeginTermRequest) String() string {
 func (*BeginTermRequest) ProtoMessage() {}
 
 func (x *BeginTermRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[27]
+	mi := &file_pageserver_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1936,7 @@ func (x *BeginTermRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTermRequest.ProtoReflect.Descriptor instead.
 func (*BeginTermRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{27}
+	return file_pageserver_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BeginTermRequest) GetTimeline() []byte {
@@ -1900,7 +1971,7 @@ type BeginTermResponse struct {
 
 func (x *BeginTermResponse) Reset() {
 	*x = BeginTermResponse{}
-	mi := &file_pageserver_proto_msgTypes[28]
+	mi := &file_pageserver_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +1983,7 @@ func (x *BeginTermResponse) String() string {
 func (*BeginTermResponse) ProtoMessage() {}
 
 func (x *BeginTermResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[28]
+	mi := &file_pageserver_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +1996,7 @@ func (x *BeginTermResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTermResponse.ProtoReflect.Descriptor instead.
 func (*BeginTermResponse) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{28}
+	return file_pageserver_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BeginTermResponse) GetDropped() uint32 {
@@ -1958,7 +2029,7 @@ type GetDurableRequest struct {
 
 func (x *GetDurableRequest) Reset() {
 	*x = GetDurableRequest{}
-	mi := &file_pageserver_proto_msgTypes[29]
+	mi := &file_pageserver_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2041,7 @@ func (x *GetDurableRequest) String() string {
 func (*GetDurableRequest) ProtoMessage() {}
 
 func (x *GetDurableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pageserver_proto_msgTypes[29]
+	mi := &file_pageserver_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2054,7 @@ func (x *GetDurableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDurableRequest.ProtoReflect.Descriptor instead.
 func (*GetDurableRequest) Descriptor() ([]byte, []int) {
-	return file_pageserver_proto_rawDescGZIP(), []int{29}
+	return file_pageserver_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetDurableRequest) GetTimeline() []byte {
@@ -2026,11 +2097,16 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x03rel\x18\x01 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\rR\x05block\x12\f\n" +
 	"\x01w\x18\x03 \x01(\x04R\x01w\x12\x12\n" +
-	"\x04page\x18\x04 \x01(\fR\x04page\"x\n" +
+	"\x04page\x18\x04 \x01(\fR\x04page\"\xb2\x01\n" +
 	"\x0fPutPagesRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x125\n" +
 	"\x05pages\x18\x02 \x03(\v2\x1f.strata.pageserver.v1.PageWriteR\x05pages\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"U\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x128\n" +
+	"\x05sizes\x18\x04 \x03(\v2\".strata.pageserver.v1.RelSizeWriteR\x05sizes\"f\n" +
+	"\fRelSizeWrite\x12.\n" +
+	"\x03rel\x18\x01 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x18\n" +
+	"\anblocks\x18\x02 \x01(\rR\anblocks\x12\f\n" +
+	"\x01w\x18\x03 \x01(\x04R\x01w\"U\n" +
 	"\x10PutPagesResponse\x12\x1f\n" +
 	"\vdurable_lsn\x18\x01 \x01(\x04R\n" +
 	"durableLsn\x12 \n" +
@@ -2177,7 +2253,7 @@ func file_pageserver_proto_rawDescGZIP() []byte {
 }
 
 var file_pageserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_pageserver_proto_goTypes = []any{
 	(Code)(0),                       // 0: strata.pageserver.v1.Code
 	(RelOpRequest_Op)(0),            // 1: strata.pageserver.v1.RelOpRequest.Op
@@ -2189,29 +2265,30 @@ var file_pageserver_proto_goTypes = []any{
 	(*GetPageBatchResponse)(nil),    // 7: strata.pageserver.v1.GetPageBatchResponse
 	(*PageWrite)(nil),               // 8: strata.pageserver.v1.PageWrite
 	(*PutPagesRequest)(nil),         // 9: strata.pageserver.v1.PutPagesRequest
-	(*PutPagesResponse)(nil),        // 10: strata.pageserver.v1.PutPagesResponse
-	(*NblocksRequest)(nil),          // 11: strata.pageserver.v1.NblocksRequest
-	(*NblocksResponse)(nil),         // 12: strata.pageserver.v1.NblocksResponse
-	(*DbSizeRequest)(nil),           // 13: strata.pageserver.v1.DbSizeRequest
-	(*DbSizeResponse)(nil),          // 14: strata.pageserver.v1.DbSizeResponse
-	(*RelOpRequest)(nil),            // 15: strata.pageserver.v1.RelOpRequest
-	(*GetFileRequest)(nil),          // 16: strata.pageserver.v1.GetFileRequest
-	(*GetFileResponse)(nil),         // 17: strata.pageserver.v1.GetFileResponse
-	(*FileOpRequest)(nil),           // 18: strata.pageserver.v1.FileOpRequest
-	(*ListFilesRequest)(nil),        // 19: strata.pageserver.v1.ListFilesRequest
-	(*FileInfo)(nil),                // 20: strata.pageserver.v1.FileInfo
-	(*ListFilesResponse)(nil),       // 21: strata.pageserver.v1.ListFilesResponse
-	(*BasebackupRequest)(nil),       // 22: strata.pageserver.v1.BasebackupRequest
-	(*Chunk)(nil),                   // 23: strata.pageserver.v1.Chunk
-	(*TimelineRequest)(nil),         // 24: strata.pageserver.v1.TimelineRequest
-	(*TimelineInfo)(nil),            // 25: strata.pageserver.v1.TimelineInfo
-	(*ListTimelinesRequest)(nil),    // 26: strata.pageserver.v1.ListTimelinesRequest
-	(*ListTimelinesResponse)(nil),   // 27: strata.pageserver.v1.ListTimelinesResponse
-	(*AdvanceCommitLSNRequest)(nil), // 28: strata.pageserver.v1.AdvanceCommitLSNRequest
-	(*Empty)(nil),                   // 29: strata.pageserver.v1.Empty
-	(*BeginTermRequest)(nil),        // 30: strata.pageserver.v1.BeginTermRequest
-	(*BeginTermResponse)(nil),       // 31: strata.pageserver.v1.BeginTermResponse
-	(*GetDurableRequest)(nil),       // 32: strata.pageserver.v1.GetDurableRequest
+	(*RelSizeWrite)(nil),            // 10: strata.pageserver.v1.RelSizeWrite
+	(*PutPagesResponse)(nil),        // 11: strata.pageserver.v1.PutPagesResponse
+	(*NblocksRequest)(nil),          // 12: strata.pageserver.v1.NblocksRequest
+	(*NblocksResponse)(nil),         // 13: strata.pageserver.v1.NblocksResponse
+	(*DbSizeRequest)(nil),           // 14: strata.pageserver.v1.DbSizeRequest
+	(*DbSizeResponse)(nil),          // 15: strata.pageserver.v1.DbSizeResponse
+	(*RelOpRequest)(nil),            // 16: strata.pageserver.v1.RelOpRequest
+	(*GetFileRequest)(nil),          // 17: strata.pageserver.v1.GetFileRequest
+	(*GetFileResponse)(nil),         // 18: strata.pageserver.v1.GetFileResponse
+	(*FileOpRequest)(nil),           // 19: strata.pageserver.v1.FileOpRequest
+	(*ListFilesRequest)(nil),        // 20: strata.pageserver.v1.ListFilesRequest
+	(*FileInfo)(nil),                // 21: strata.pageserver.v1.FileInfo
+	(*ListFilesResponse)(nil),       // 22: strata.pageserver.v1.ListFilesResponse
+	(*BasebackupRequest)(nil),       // 23: strata.pageserver.v1.BasebackupRequest
+	(*Chunk)(nil),                   // 24: strata.pageserver.v1.Chunk
+	(*TimelineRequest)(nil),         // 25: strata.pageserver.v1.TimelineRequest
+	(*TimelineInfo)(nil),            // 26: strata.pageserver.v1.TimelineInfo
+	(*ListTimelinesRequest)(nil),    // 27: strata.pageserver.v1.ListTimelinesRequest
+	(*ListTimelinesResponse)(nil),   // 28: strata.pageserver.v1.ListTimelinesResponse
+	(*AdvanceCommitLSNRequest)(nil), // 29: strata.pageserver.v1.AdvanceCommitLSNRequest
+	(*Empty)(nil),                   // 30: strata.pageserver.v1.Empty
+	(*BeginTermRequest)(nil),        // 31: strata.pageserver.v1.BeginTermRequest
+	(*BeginTermResponse)(nil),       // 32: strata.pageserver.v1.BeginTermResponse
+	(*GetDurableRequest)(nil),       // 33: strata.pageserver.v1.GetDurableRequest
 }
 var file_pageserver_proto_depIdxs = []int32{
 	3,  // 0: strata.pageserver.v1.GetPageRequest.rel:type_name -> strata.pageserver.v1.RelTag
@@ -2220,46 +2297,48 @@ var file_pageserver_proto_depIdxs = []int32{
 	6,  // 3: strata.pageserver.v1.GetPageBatchResponse.results:type_name -> strata.pageserver.v1.PageResult
 	3,  // 4: strata.pageserver.v1.PageWrite.rel:type_name -> strata.pageserver.v1.RelTag
 	8,  // 5: strata.pageserver.v1.PutPagesRequest.pages:type_name -> strata.pageserver.v1.PageWrite
-	3,  // 6: strata.pageserver.v1.NblocksRequest.rels:type_name -> strata.pageserver.v1.RelTag
-	1,  // 7: strata.pageserver.v1.RelOpRequest.op:type_name -> strata.pageserver.v1.RelOpRequest.Op
-	3,  // 8: strata.pageserver.v1.RelOpRequest.rel:type_name -> strata.pageserver.v1.RelTag
-	2,  // 9: strata.pageserver.v1.FileOpRequest.op:type_name -> strata.pageserver.v1.FileOpRequest.Op
-	20, // 10: strata.pageserver.v1.ListFilesResponse.files:type_name -> strata.pageserver.v1.FileInfo
-	3,  // 11: strata.pageserver.v1.ListFilesResponse.rels:type_name -> strata.pageserver.v1.RelTag
-	25, // 12: strata.pageserver.v1.ListTimelinesResponse.timelines:type_name -> strata.pageserver.v1.TimelineInfo
-	5,  // 13: strata.pageserver.v1.PageService.GetPages:input_type -> strata.pageserver.v1.GetPageBatch
-	9,  // 14: strata.pageserver.v1.PageService.PutPages:input_type -> strata.pageserver.v1.PutPagesRequest
-	11, // 15: strata.pageserver.v1.PageService.Nblocks:input_type -> strata.pageserver.v1.NblocksRequest
-	13, // 16: strata.pageserver.v1.PageService.DbSize:input_type -> strata.pageserver.v1.DbSizeRequest
-	15, // 17: strata.pageserver.v1.PageService.RelOp:input_type -> strata.pageserver.v1.RelOpRequest
-	16, // 18: strata.pageserver.v1.PageService.GetFile:input_type -> strata.pageserver.v1.GetFileRequest
-	18, // 19: strata.pageserver.v1.PageService.FileOp:input_type -> strata.pageserver.v1.FileOpRequest
-	19, // 20: strata.pageserver.v1.PageService.ListFiles:input_type -> strata.pageserver.v1.ListFilesRequest
-	22, // 21: strata.pageserver.v1.PageService.Basebackup:input_type -> strata.pageserver.v1.BasebackupRequest
-	24, // 22: strata.pageserver.v1.PageService.CreateTimeline:input_type -> strata.pageserver.v1.TimelineRequest
-	26, // 23: strata.pageserver.v1.PageService.ListTimelines:input_type -> strata.pageserver.v1.ListTimelinesRequest
-	28, // 24: strata.pageserver.v1.PageService.AdvanceCommitLSN:input_type -> strata.pageserver.v1.AdvanceCommitLSNRequest
-	30, // 25: strata.pageserver.v1.PageService.BeginTerm:input_type -> strata.pageserver.v1.BeginTermRequest
-	32, // 26: strata.pageserver.v1.PageService.GetDurable:input_type -> strata.pageserver.v1.GetDurableRequest
-	7,  // 27: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
-	10, // 28: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
-	12, // 29: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
-	14, // 30: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
-	10, // 31: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	17, // 32: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
-	10, // 33: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	21, // 34: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
-	23, // 35: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
-	25, // 36: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
-	27, // 37: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
-	29, // 38: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
-	31, // 39: strata.pageserver.v1.PageService.BeginTerm:output_type -> strata.pageserver.v1.BeginTermResponse
-	10, // 40: strata.pageserver.v1.PageService.GetDurable:output_type -> strata.pageserver.v1.PutPagesResponse
-	27, // [27:41] is the sub-list for method output_type
-	13, // [13:27] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 6: strata.pageserver.v1.PutPagesRequest.sizes:type_name -> strata.pageserver.v1.RelSizeWrite
+	3,  // 7: strata.pageserver.v1.RelSizeWrite.rel:type_name -> strata.pageserver.v1.RelTag
+	3,  // 8: strata.pageserver.v1.NblocksRequest.rels:type_name -> strata.pageserver.v1.RelTag
+	1,  // 9: strata.pageserver.v1.RelOpRequest.op:type_name -> strata.pageserver.v1.RelOpRequest.Op
+	3,  // 10: strata.pageserver.v1.RelOpRequest.rel:type_name -> strata.pageserver.v1.RelTag
+	2,  // 11: strata.pageserver.v1.FileOpRequest.op:type_name -> strata.pageserver.v1.FileOpRequest.Op
+	21, // 12: strata.pageserver.v1.ListFilesResponse.files:type_name -> strata.pageserver.v1.FileInfo
+	3,  // 13: strata.pageserver.v1.ListFilesResponse.rels:type_name -> strata.pageserver.v1.RelTag
+	26, // 14: strata.pageserver.v1.ListTimelinesResponse.timelines:type_name -> strata.pageserver.v1.TimelineInfo
+	5,  // 15: strata.pageserver.v1.PageService.GetPages:input_type -> strata.pageserver.v1.GetPageBatch
+	9,  // 16: strata.pageserver.v1.PageService.PutPages:input_type -> strata.pageserver.v1.PutPagesRequest
+	12, // 17: strata.pageserver.v1.PageService.Nblocks:input_type -> strata.pageserver.v1.NblocksRequest
+	14, // 18: strata.pageserver.v1.PageService.DbSize:input_type -> strata.pageserver.v1.DbSizeRequest
+	16, // 19: strata.pageserver.v1.PageService.RelOp:input_type -> strata.pageserver.v1.RelOpRequest
+	17, // 20: strata.pageserver.v1.PageService.GetFile:input_type -> strata.pageserver.v1.GetFileRequest
+	19, // 21: strata.pageserver.v1.PageService.FileOp:input_type -> strata.pageserver.v1.FileOpRequest
+	20, // 22: strata.pageserver.v1.PageService.ListFiles:input_type -> strata.pageserver.v1.ListFilesRequest
+	23, // 23: strata.pageserver.v1.PageService.Basebackup:input_type -> strata.pageserver.v1.BasebackupRequest
+	25, // 24: strata.pageserver.v1.PageService.CreateTimeline:input_type -> strata.pageserver.v1.TimelineRequest
+	27, // 25: strata.pageserver.v1.PageService.ListTimelines:input_type -> strata.pageserver.v1.ListTimelinesRequest
+	29, // 26: strata.pageserver.v1.PageService.AdvanceCommitLSN:input_type -> strata.pageserver.v1.AdvanceCommitLSNRequest
+	31, // 27: strata.pageserver.v1.PageService.BeginTerm:input_type -> strata.pageserver.v1.BeginTermRequest
+	33, // 28: strata.pageserver.v1.PageService.GetDurable:input_type -> strata.pageserver.v1.GetDurableRequest
+	7,  // 29: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
+	11, // 30: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
+	13, // 31: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
+	15, // 32: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
+	11, // 33: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	18, // 34: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
+	11, // 35: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	22, // 36: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
+	24, // 37: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
+	26, // 38: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
+	28, // 39: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
+	30, // 40: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
+	32, // 41: strata.pageserver.v1.PageService.BeginTerm:output_type -> strata.pageserver.v1.BeginTermResponse
+	11, // 42: strata.pageserver.v1.PageService.GetDurable:output_type -> strata.pageserver.v1.PutPagesResponse
+	29, // [29:43] is the sub-list for method output_type
+	15, // [15:29] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_pageserver_proto_init() }
@@ -2273,7 +2352,7 @@ func file_pageserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pageserver_proto_rawDesc), len(file_pageserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

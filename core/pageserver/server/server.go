@@ -207,10 +207,14 @@ func (s *Server) PutPages(ctx context.Context, r *pb.PutPagesRequest) (*pb.PutPa
 	for i, p := range r.Pages {
 		ws[i] = timeline.PageWrite{Page: relTag(p.Rel).Page(p.Block), W: pg.LSN(p.W), Data: p.Page}
 	}
+	sizes := make([]timeline.SizeWrite, len(r.Sizes))
+	for i, sz := range r.Sizes {
+		sizes[i] = timeline.SizeWrite{Rel: relTag(sz.Rel), Nblocks: sz.Nblocks, W: pg.LSN(sz.W)}
+	}
 	var d pg.LSN
 	err = s.ps.Mutate(id, r.Term, func(tl *timeline.Timeline) error {
 		var err error
-		d, err = tl.PutPages(ctx, ws)
+		d, err = tl.PutPages(ctx, ws, sizes...)
 		return err
 	})
 	if err != nil {

@@ -364,18 +364,22 @@ type PageWrite struct {
 // One compute writes a timeline, and psbackend tags every page of one send
 // with at least the highest W it sent before, so this is rare
 // (strata_pageserver_writes_raised_total).
-func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error) {
+//
+// sizes are stored in the same write, after the pages (one log write for
+// both): a fork's size at its W, which creates the fork if needed and, at
+// the W of a page's extension, replaces that extension's size.
+func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWrite) (pg.LSN, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	cs := make([]Change, 0, len(ws))
-	sizes := map[pg.RelTag]uint32{}
+	cs := make([]Change, 0, len(ws)+len(sizes))
+	ext := map[pg.RelTag]uint32{}
 	for _, w := range ws {
 		if len(w.Data) != pg.BlockSize {
 			return 0, fmt.Errorf("timeline: page %s has %d bytes", w.Page, len(w.Data))
 		}
 		cs = append(cs, Change{Key: keyspace.RelBlock(w.Page), LSN: w.W, Kind: layer.Image, Data: w.Data})
 		rel := w.Page.Tag()
-		n, ok := sizes[rel]
+		n, ok := ext[rel]
 		if !ok {
 			var err error
 			n, _, err = t.Nblocks(ctx, rel, LatestLSN)
@@ -387,12 +391,23 @@ func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite) (pg.LSN, error)
 			n = w.Page.Block + 1
 			cs = append(cs, Change{Key: keyspace.RelSize(rel), LSN: w.W, Kind: layer.Image, Data: encodeSize(n)})
 		}
-		sizes[rel] = n
+		ext[rel] = n
+	}
+	for _, s := range sizes {
+		cs = append(cs, Change{Key: keyspace.RelSize(s.Rel), LSN: s.W, Kind: layer.Image, Data: encodeSize(s.Nblocks)})
 	}
 	if err := t.putLocked(cs, true, true); err != nil {
 		return 0, err
 	}
 	return t.LSNs().Durable, nil
+}
+
+// SizeWrite is a relation fork's size written at the compute's WAL
+// position W (PutPages).
+type SizeWrite struct {
+	Rel     pg.RelTag
+	Nblocks uint32
+	W       pg.LSN
 }
 
 // SetRelSize creates a relation fork (if needed) or truncates/extends it
