@@ -744,9 +744,30 @@ func validPath(p string) error {
 	return nil
 }
 
+// settle sends the buffer first when a fork was created or truncated since
+// the last send, so that a mutation sent on its own (a file, a folder)
+// never reaches the pageserver before them. Postgres never fsyncs a new
+// fork: a checkpoint writes pg_control after the fsyncs of the files it
+// wrote, and without this a pg_control whose redo point lies past a CREATE
+// TABLE could be stored, and become durable, while the table's forks were
+// still here (lost with the agent); crash recovery, starting past the
+// create record, would not make them again.
+func (b *Backend) settle(ctx context.Context) error {
+	b.mu.Lock()
+	n := len(b.resized)
+	b.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	return b.flush(ctx)
+}
+
 // writeDirs stores the folder list at w. REQUIRES: b.dirMu held, so that
 // rewrites reach the pageserver in the order of the snapshots.
 func (b *Backend) writeDirs(ctx context.Context, data []byte, w pg.LSN) error {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	if err := b.note(w)(b.c.WriteFileAck(ctx, b.tl, DirsFile, 0, data, w)); err != nil {
 		return err
 	}
@@ -789,6 +810,9 @@ func (b *Backend) Mkdir(ctx context.Context, p string, mode uint32, w pg.LSN) er
 // CreateFile implements fusefs.Backend.
 func (b *Backend) CreateFile(ctx context.Context, p string, mode uint32, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	if err := validPath(p); err != nil {
 		return err
 	}
@@ -868,6 +892,9 @@ func (b *Backend) invalidate(p string) {
 // WriteFile implements fusefs.Backend.
 func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byte, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	f, err := b.content(ctx, p)
 	if err != nil {
 		return err
@@ -890,6 +917,9 @@ func (b *Backend) WriteFile(ctx context.Context, p string, off int64, data []byt
 // TruncateFile implements fusefs.Backend.
 func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	f, err := b.content(ctx, p)
 	if err != nil {
 		return err
@@ -915,6 +945,9 @@ func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.L
 // files, the target complete).
 func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	if err := validPath(to); err != nil {
 		return err
 	}
@@ -953,6 +986,9 @@ func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 // Remove implements fusefs.Backend.
 func (b *Backend) Remove(ctx context.Context, p string, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	b.dirMu.Lock()
 	defer b.dirMu.Unlock()
 	b.mu.Lock()

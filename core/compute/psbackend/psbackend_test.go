@@ -447,7 +447,8 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 // too, and a fork written meanwhile with its size), after which another
 // Backend sees them; an unlink afterwards drops one. A Backend that dies
 // before any send leaves no trace of its new forks (Postgres' crash
-// recovery creates them again from the WAL).
+// recovery creates them again from the WAL), but a file written after a
+// create goes out after it.
 func TestCreateRelTravelsWithPages(t *testing.T) {
 	ctx := context.Background()
 	h := start(t, t.TempDir(), objectstore.NewMemory())
@@ -530,6 +531,31 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 	}
 	if n, err := other.Nblocks(ctx, empty[0]); err != nil || n != 0 {
 		t.Fatalf("%s after the unlink of another: %d blocks, %v", empty[0], n, err)
+	}
+	// A file written after a fork was created reaches the pageserver after
+	// the fork (a checkpoint's pg_control must not get there before the
+	// forks created before the checkpoint, which Postgres never fsyncs).
+	w += 10
+	if err := be.Mkdir(ctx, "global", 0o700, w); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, lost); err != nil || n != 0 {
+		t.Fatalf("%s once a folder made after it is stored: %d blocks, %v", lost, n, err)
+	}
+	lost2 := pg.RelTag{Spc: 1663, DB: 5, Rel: 16401}
+	if err := be.CreateRel(ctx, lost2, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.CreateFile(ctx, "global/pg_control", 0o600, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.WriteFile(ctx, "global/pg_control", 0, []byte("checkpoint"), w); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, lost2); err != nil || n != 0 {
+		t.Fatalf("%s once a file written after it is stored: %d blocks, %v", lost2, n, err)
 	}
 }
 
