@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,12 +20,13 @@ import (
 
 // TestCrashRounds is the compute issue's crash test on the whole cluster
 // (STRATA_LONG_TESTS=1), with the lfc strategy (TestCrashRoundsRedo runs the
-// default, shared-buffers): with full_page_writes=off, pgbench and a client-side
-// ledger run while either the postmaster or the compute agent is killed
-// with SIGKILL at a random moment, ten times. After each kill the cluster
-// comes back (the agent restarts Postgres itself; a dead agent needs
-// `strata up`), every acknowledged ledger row is there, the pgbench
-// balances agree and pg_amcheck finds nothing (crashRounds).
+// default, shared-buffers): with full_page_writes=off, pgbench, a client-side
+// ledger and a DDL churn run while either the postmaster or the compute
+// agent is killed with SIGKILL at a random moment, ten times. After each
+// kill the cluster comes back (the agent restarts Postgres itself; a dead
+// agent needs `strata up`), every acknowledged ledger row and table change
+// is there, the pgbench balances agree and pg_amcheck finds nothing
+// (crashRounds).
 func TestCrashRounds(t *testing.T) {
 	if os.Getenv("STRATA_LONG_TESTS") != "1" {
 		t.Skip("STRATA_LONG_TESTS=1 runs ten kill -9 rounds on the whole cluster")
@@ -41,12 +44,14 @@ func TestCrashRounds(t *testing.T) {
 }
 
 // crashRounds is the crash test on a running cluster (either page source):
-// pgbench and a client-side ledger run while the postmaster or the compute
-// agent is killed with SIGKILL at a random moment, ten times. After each
-// kill the cluster comes back (the agent restarts Postgres itself; a dead
-// agent needs `strata up`), every acknowledged ledger row must be there, the
-// pgbench balances must agree and pg_amcheck must find nothing. It returns
-// how many rows were acknowledged.
+// pgbench, a client-side ledger and a DDL churn (tables created, filled,
+// checkpointed, dropped) run while the postmaster or the compute agent is
+// killed with SIGKILL at a random moment, ten times. After each kill the
+// cluster comes back (the agent restarts Postgres itself; a dead agent
+// needs `strata up`), every acknowledged ledger row must be there, every
+// acknowledged CREATE, INSERT and DROP of the churn must show, the pgbench
+// balances must agree and pg_amcheck must find nothing. It returns how many
+// rows were acknowledged.
 func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed uint64) int {
 	t.Helper()
 	exec1(t, ctx, url, "CREATE TABLE ledger (id int PRIMARY KEY)")
@@ -54,10 +59,14 @@ func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
 	acked := map[int]bool{}
 	next := 0
+	tables := map[int]string{} // churn table number -> acknowledged state
+	nextTable := 0
 	for round := 1; round <= 10; round++ {
 		stop := make(chan struct{})
 		done := make(chan map[int]bool)
 		go ledger(ctx, url, next, stop, done)
+		ddlDone := make(chan map[int]string)
+		go ddlChurn(ctx, url, nextTable, stop, ddlDone)
 		bench := make(chan struct{})
 		go func() {
 			defer close(bench)
@@ -95,7 +104,13 @@ func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed
 			}
 		}
 		got := <-done
+		churn := <-ddlDone
 		<-bench
+		for n, st := range churn {
+			tables[n] = st
+			nextTable = max(nextTable, n+1)
+		}
+		nextTable += 1000
 		for id := range got {
 			acked[id] = true
 			next = max(next, id+1)
@@ -121,12 +136,104 @@ func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed
 			(SELECT sum(bbalance) FROM pgbench_branches), (SELECT sum(tbalance) FROM pgbench_tellers),
 			(SELECT coalesce(sum(delta), 0) FROM pgbench_history))`)
 		checkPgbench(t, sum)
+		checkChurn(t, ctx, url, round, tables)
 		pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
 	}
 	if len(acked) == 0 {
 		t.Fatal("no commit was acknowledged")
 	}
 	return len(acked)
+}
+
+// ddlChurn creates tables crash_ddl_<n> from n = from on until stop or the
+// first error: every other one gets a row, every third CREATE is followed
+// by a CHECKPOINT (a checkpoint with little to write right after a CREATE
+// TABLE: its pg_control must not outlive the new table's files), and every
+// fourth table drops the one made two before. It sends each table's last
+// acknowledged state: "created", "row" or "dropped".
+func ddlChurn(ctx context.Context, url string, from int, stop chan struct{}, done chan map[int]string) {
+	got := map[int]string{}
+	defer func() { done <- got }()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	exec := func(sql string) bool {
+		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer qcancel()
+		_, err := conn.Exec(qctx, sql)
+		return err == nil
+	}
+	for n := from; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if !exec(fmt.Sprintf("CREATE TABLE crash_ddl_%d (id int PRIMARY KEY)", n)) {
+			return
+		}
+		got[n] = "created"
+		if n%3 == 0 && !exec("CHECKPOINT") {
+			return
+		}
+		if n%2 == 0 {
+			if !exec(fmt.Sprintf("INSERT INTO crash_ddl_%d VALUES (%d)", n, n)) {
+				return
+			}
+			got[n] = "row"
+		}
+		if n%4 == 3 && n-2 >= from {
+			if !exec(fmt.Sprintf("DROP TABLE crash_ddl_%d", n-2)) {
+				return
+			}
+			got[n-2] = "dropped"
+		}
+	}
+}
+
+// checkChurn checks every churn table against its acknowledged state: a
+// created table exists (with or without the row whose INSERT may have
+// committed unacknowledged), a filled one has its row, a dropped one is
+// gone.
+func checkChurn(t *testing.T, ctx context.Context, url string, round int, tables map[int]string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var bad []string
+	for n, st := range tables {
+		name := fmt.Sprintf("crash_ddl_%d", n)
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case st == "dropped" && exists:
+			bad = append(bad, name+" exists after an acknowledged DROP")
+		case st != "dropped" && !exists:
+			bad = append(bad, name+" missing after an acknowledged CREATE")
+		case st == "row":
+			var c int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+name+" WHERE id = $1", n).Scan(&c); err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", name, err))
+			} else if c != 1 {
+				bad = append(bad, fmt.Sprintf("%s has %d rows, want its acknowledged row", name, c))
+			}
+		case st == "created":
+			if _, err := conn.Exec(ctx, "SELECT count(*) FROM "+name); err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", name, err))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		t.Fatalf("round %d: %d of %d churn tables wrong: %s", round, len(bad), len(tables), strings.Join(bad[:min(len(bad), 10)], "; "))
+	}
+	t.Logf("round %d: %d churn tables as acknowledged", round, len(tables))
 }
 
 // ledger inserts increasing ids from `from` until stop or the first error,
