@@ -371,6 +371,9 @@ func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	if b.closed {
 		return ErrClosed
 	}
+	// An existing fork is reset (relfilenode reuse): its buffered writes
+	// go, as with a truncation to zero blocks.
+	b.dropBufferedLocked(rel, 0)
 	b.rels[rel] = 0
 	delete(b.psSize, rel)
 	b.resizes++
@@ -645,6 +648,16 @@ func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w 
 	return b.buffer(ctx, key, bytes.Clone(page), w)
 }
 
+// dropBufferedLocked forgets the buffered writes of rel's blocks from
+// block on. REQUIRES: b.mu held.
+func (b *Backend) dropBufferedLocked(rel pg.RelTag, from uint32) {
+	for k := range b.buf {
+		if k.Tag() == rel && k.Block >= from {
+			delete(b.buf, k)
+		}
+	}
+}
+
 // TruncateRel implements fusefs.Backend. Like CreateRel it makes no round
 // trip: the buffered writes of the blocks it cuts are dropped, an
 // extension buffers zero pages, and the new size goes to the pageserver
@@ -667,11 +680,7 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 	if _, ok := b.rels[rel]; !ok {
 		return fmt.Errorf("%w: relation %s", fusefs.ErrNotFound, rel)
 	}
-	for k := range b.buf {
-		if k.Tag() == rel && k.Block >= nblocks {
-			delete(b.buf, k)
-		}
-	}
+	b.dropBufferedLocked(rel, nblocks)
 	b.rels[rel] = nblocks
 	b.resizes++
 	b.resized[rel] = b.resizes

@@ -511,6 +511,37 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 			t.Fatalf("block %d: %v, %d", blk, err, buf[0])
 		}
 	}
+	// Re-creating an existing fork resets it, with writes still buffered:
+	// none of them shows, here or on the pageserver.
+	for blk := uint32(0); blk < 2; blk++ {
+		w += 10
+		if err := be.WritePage(ctx, full.Page(blk), page(9), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w += 10
+	if err := be.CreateRel(ctx, full, w); err != nil {
+		t.Fatal(err)
+	}
+	w += 10
+	if err := be.WritePage(ctx, full.Page(1), page(42), w); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.ReadPage(ctx, full.Page(0), 0, buf); err != nil || !bytes.Equal(buf, make([]byte, pg.BlockSize)) {
+		t.Fatalf("block 0 of the reset fork (a hole): %v, %d", err, buf[0])
+	}
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if n, err := other.Nblocks(ctx, full); err != nil || n != 2 {
+		t.Fatalf("reset fork: %d blocks, %v; want 2", n, err)
+	}
+	for blk, want := range [][]byte{make([]byte, pg.BlockSize), page(42)} {
+		if err := other.ReadPage(ctx, full.Page(uint32(blk)), 0, buf); err != nil || !bytes.Equal(buf, want) {
+			t.Fatalf("reset fork block %d: %v, %d", blk, err, buf[0])
+		}
+	}
 	w += 10
 	if err := be.UnlinkRel(ctx, empty[2], w); err != nil {
 		t.Fatal(err)
