@@ -124,6 +124,7 @@ safekeepers' replication role, created or updated at every start).`,
 					LFC: full.Compute.Cache.LFC, SharedBuffers: full.Compute.Cache.SharedBuffers,
 					Prewarm: full.Compute.Cache.Prewarm, PrewarmInterval: full.Compute.Cache.PrewarmInterval},
 				PageSource: full.Storage.PageSource, FilesTimeline: filesTL, RedoStorePages: full.Compute.RedoStorePages,
+				ReadAhead:  full.Compute.ReadAhead,
 				FeedCommit: feedCommit, Debug: debug, Log: log, Registry: reg,
 				ArchivePrefix: "wal",
 			}

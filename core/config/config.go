@@ -184,6 +184,13 @@ type Compute struct {
 	// MiB, outside memory_budget). Pages it evicts are read back from the
 	// pageserver, rebuilt from WAL.
 	RedoStorePages int `mapstructure:"redo_store_pages"`
+	// ReadAhead is how many blocks of a relation fork the compute fetches
+	// in one batch ahead of a process that reads it sequentially (a
+	// sequential scan, VACUUM, an index build, pg_dump), so that pages in
+	// no cache tier cost one round trip to the pageserver per batch rather
+	// than per 8 KiB block. Default 64 (512 KiB); 0 turns it off; at most
+	// 1024.
+	ReadAhead int `mapstructure:"read_ahead"`
 	// PGWal says where pg_wal lives. It is scratch either way (the
 	// safekeepers make WAL durable and every start refills it):
 	//   tmpfs: a symbolic link out of the mount to a folder in /dev/shm,
@@ -347,6 +354,7 @@ func Default() Config {
 			FullPageWrites: true,
 			MemoryBudget:   "512MB",
 			RedoStorePages: 16384,
+			ReadAhead:      64,
 			PGWal:          PGWalAuto,
 			Cache: ComputeCache{
 				Strategy:      sharedbuffers.StrategySharedBuffers,
@@ -441,6 +449,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Storage.PageSource == PageSourceRedo && c.Storage.ImagePolicy == "fpi" && !c.Compute.FullPageWrites {
 		errs = append(errs, errors.New("storage.image_policy: fpi takes images only from full page images in the WAL: set compute.full_page_writes: true, or use pushdown"))
+	}
+	if c.Compute.ReadAhead < 0 || c.Compute.ReadAhead > 1024 {
+		errs = append(errs, fmt.Errorf("compute.read_ahead: %d: want 0 (off) to 1024 blocks", c.Compute.ReadAhead))
 	}
 	if c.Compute.RedoStorePages < 0 {
 		errs = append(errs, fmt.Errorf("compute.redo_store_pages: %d: want 0 or more", c.Compute.RedoStorePages))

@@ -117,6 +117,9 @@ type Config struct {
 	// RedoStorePages bounds the local page store in redo mode (default
 	// 16384 pages, 128 MiB, outside the memory budget).
 	RedoStorePages int
+	// ReadAhead is how many blocks the mount fetches in one batch ahead of
+	// a sequential reader (fusefs.Options.ReadAhead; 0: off).
+	ReadAhead int
 	// Archive and ArchivePrefix locate archived WAL for pg_wal refills
 	// older than the safekeepers hold (nil: safekeepers only).
 	Archive       objectstore.Store
@@ -403,6 +406,8 @@ func (a *Agent) Report() Report {
 	if f != nil {
 		r.W = f.WAL().Current()
 		r.CacheHits, r.CacheMisses = f.Waits().CacheHits()
+		ra := &r.ReadAhead
+		ra.Fetched, ra.Used, ra.Dropped, ra.Batches = f.Waits().ReadAhead()
 		r.Waits = fsWaits(f.Waits())
 	} else {
 		r.Waits = fsWaits(&fusefs.Waits{})
@@ -657,7 +662,7 @@ func (a *Agent) start(ctx context.Context) error {
 	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
 		Backend: fsBackend, Cache: fc, WALScratch: walDir, WALLink: a.wal.link, UID: uint32(a.uid), GID: uint32(a.gid),
-		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, Debug: a.cfg.Debug, Log: a.log,
+		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, ReadAhead: a.cfg.ReadAhead, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {
 		return err

@@ -86,6 +86,23 @@ func TestPrintReport(t *testing.T) {
 	}
 }
 
+func TestPrintReportReadAhead(t *testing.T) {
+	var buf bytes.Buffer
+	if err := PrintReport(&buf, Report{State: "running", Strategy: "shared-buffers", ReadAhead: ReadAheadReport{Fetched: 640, Used: 600, Dropped: 40, Batches: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "read-ahead: 640 pages fetched in 10 batches, 600 used, 40 dropped unread\n"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("report:\n%s\nwant the line %q", buf.String(), want)
+	}
+	buf.Reset()
+	if err := PrintReport(&buf, Report{State: "running", Strategy: "shared-buffers"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "read-ahead") {
+		t.Fatalf("a read-ahead line with nothing fetched:\n%s", buf.String())
+	}
+}
+
 func TestPrintReportPrewarm(t *testing.T) {
 	for _, c := range []struct {
 		p    PrewarmReport

@@ -65,6 +65,18 @@ type Report struct {
 	RedoStore  *redobackend.Stats `json:"redo_store,omitempty"`
 	// Prewarm is the LFC prewarm of the last start (lfc strategy only).
 	Prewarm *PrewarmReport `json:"prewarm,omitempty"`
+	// ReadAhead counts the pages fetched ahead of sequential readers
+	// (compute.read_ahead) since the mount.
+	ReadAhead ReadAheadReport `json:"read_ahead"`
+}
+
+// ReadAheadReport is the read-ahead's counters: pages fetched in batches,
+// pages a reader used, pages dropped unread.
+type ReadAheadReport struct {
+	Fetched uint64 `json:"fetched"`
+	Used    uint64 `json:"used"`
+	Dropped uint64 `json:"dropped"`
+	Batches uint64 `json:"batches"`
 }
 
 // fsWaits turns the filesystem's counters into report lines.
@@ -143,6 +155,9 @@ func PrintReport(w io.Writer, r Report) error {
 			}
 			fmt.Fprintln(w)
 		}
+	}
+	if ra := r.ReadAhead; ra.Batches > 0 {
+		fmt.Fprintf(w, "read-ahead: %d pages fetched in %d batches, %d used, %d dropped unread\n", ra.Fetched, ra.Batches, ra.Used, ra.Dropped)
 	}
 	ws := append([]WaitStat(nil), r.Waits...)
 	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Total > ws[j].Total })

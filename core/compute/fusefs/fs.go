@@ -60,6 +60,10 @@ type Options struct {
 	WALSegmentSize uint64
 	// LastWrittenMax bounds the last-written-LSN map; 0 means 1<<20 pages.
 	LastWrittenMax int
+	// ReadAhead is how many blocks are fetched in one batch ahead of a
+	// process that reads a relation fork sequentially (a sequential scan,
+	// VACUUM, an index build); 0 turns read-ahead off (readahead.go).
+	ReadAhead int
 	// AttrTimeout is how long the kernel may cache sizes and attributes;
 	// every change goes through the kernel, so caching is safe. 0 means 1 s.
 	AttrTimeout time.Duration
@@ -89,6 +93,7 @@ type FS struct {
 	cache  Cache
 	wal    *walpos.Tracker
 	lw     *LastWritten
+	ra     *readAhead // nil: no read-ahead
 	waits  Waits
 	log    zerolog.Logger
 	server *fuse.Server
@@ -129,6 +134,7 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 		started: time.Now(),
 		mnt:     mountpoint,
 	}
+	f.ra = newReadAhead(f, opts.ReadAhead)
 	if opts.WALLink {
 		if !filepath.IsAbs(opts.WALScratch) {
 			return nil, fmt.Errorf("fusefs: WALScratch %q must be absolute for WALLink", opts.WALScratch)

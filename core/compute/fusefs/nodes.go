@@ -128,6 +128,7 @@ func (d *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 			if f.cache != nil {
 				f.cache.Forget(seg.Rel, 0)
 			}
+			f.ra.forgetFork(seg.Rel, 0)
 		}
 		n := &relNode{fsys: f, seg: seg, st: st}
 		st.segs[seg.No] = n
@@ -619,6 +620,9 @@ func (n *relNode) truncate(ctx context.Context, size int64) syscall.Errno {
 	if target < st.nblocks && n.fsys.cache != nil {
 		n.fsys.cache.Forget(st.tag, target)
 	}
+	if target < st.nblocks {
+		n.fsys.ra.forgetFork(st.tag, target)
+	}
 	n.fsys.lw.SetFloor(w)
 	before := st.nblocks
 	st.nblocks = target
@@ -650,13 +654,15 @@ func (n *relNode) unlink(ctx context.Context, w pg.LSN) syscall.Errno {
 	if n.fsys.cache != nil {
 		n.fsys.cache.Forget(st.tag, st.nblocks)
 	}
+	n.fsys.ra.forgetFork(st.tag, st.nblocks)
 	n.fsys.lw.SetFloor(w)
 	st.invalidateOthers(n.seg.No, before)
 	return 0
 }
 
-// readPage returns block blk of the fork into page: cache tier, then the
-// Backend with not_modified_since from the last-written-LSN map.
+// readPage returns block blk of the fork into page: cache tier, then a
+// page the read-ahead fetched, then the Backend with not_modified_since
+// from the last-written-LSN map.
 func (n *relNode) readPage(ctx context.Context, key pg.PageKey, page []byte) error {
 	f := n.fsys
 	if f.cache != nil {
@@ -667,6 +673,23 @@ func (n *relNode) readPage(ctx context.Context, key pg.PageKey, page []byte) err
 		f.waits.miss.Add(1)
 	}
 	t := time.Now()
+	if p := f.ra.take(key); p != nil {
+		// Waiting for a page still in flight is a GetPage wait too.
+		done := p.wait(ctx)
+		if d := time.Since(t); d > time.Millisecond/10 {
+			f.waits.Observe(OpGetPage, relpath.KindRel, pg.BlockSize, d)
+		}
+		if done {
+			f.waits.raUsed.Add(1)
+			copy(page, p.data)
+			if f.cache != nil {
+				f.cache.Put(key, page)
+			}
+			return nil
+		}
+		f.waits.raDropped.Add(1)
+		t = time.Now()
+	}
 	err := f.be.ReadPage(ctx, key, f.lw.Get(key), page)
 	f.waits.Observe(OpGetPage, relpath.KindRel, pg.BlockSize, time.Since(t))
 	if err != nil {
@@ -682,6 +705,7 @@ func (n *relNode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off in
 	t := time.Now()
 	n.st.mu.RLock()
 	size := n.st.segSize(n.seg.No)
+	nblocks := n.st.nblocks
 	n.st.mu.RUnlock()
 	if off >= size {
 		return fuse.ReadResultData(nil), 0
@@ -709,6 +733,8 @@ func (n *relNode) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off in
 		}
 		pos += chunk
 	}
+	last := n.seg.FirstBlock() + uint32((end-1)/pg.BlockSize)
+	n.fsys.ra.observe(ctx, n.st.tag, last, nblocks)
 	n.fsys.waits.Observe(OpRead, relpath.KindRel, len(dest), time.Since(t))
 	return fuse.ReadResultData(dest), 0
 }
@@ -774,6 +800,7 @@ func (n *relNode) Write(ctx context.Context, _ fs.FileHandle, data []byte, off i
 			return uint32(pos - off), f.fail("write", n.seg.Path(), err)
 		}
 		f.lw.Set(key, tag)
+		f.ra.forget(key)
 		if f.cache != nil {
 			f.cache.Put(key, page)
 		}

@@ -32,8 +32,8 @@ func TestPostgresOnMount(t *testing.T) {
 }
 
 // TestPostgresOnMountWALLink is the same run with pg_wal a link out of the
-// mount to local scratch (initdb -X): WAL never crosses FUSE, and W comes
-// from walking the WAL in scratch. Every write must still be tagged at or
+// mount to local scratch (initdb -X) and read-ahead on: WAL never crosses
+// FUSE, and W comes from walking the WAL in scratch. Every write must still be tagged at or
 // above the page's LSN, and W must reach the WAL Postgres wrote.
 func TestPostgresOnMountWALLink(t *testing.T) {
 	mem := NewMemory()
@@ -61,6 +61,9 @@ func postgresOnMount(t *testing.T, be Backend, maxW func() pg.LSN, walLink bool)
 	}
 	e := newEnv(t)
 	e.walLink = walLink
+	if walLink {
+		e.readAhead = 16 // the production layout reads ahead too
+	}
 	fsys := e.mount(t, be, NewMemCache(4096))
 	t0 := time.Now()
 	args := []string{"-D", e.mnt, "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust"}

@@ -44,6 +44,16 @@ type Waits struct {
 	// walSyncs counts fsyncs of pg_wal files (answered without a disk
 	// flush: the safekeepers make WAL durable).
 	walSyncs atomic.Uint64
+	// Read-ahead: pages fetched ahead of sequential readers, fetched pages
+	// a reader took, fetched pages dropped unread (written, truncated,
+	// expired), batches and their summed duration.
+	raFetched, raUsed, raDropped, raBatches, raNanos atomic.Uint64
+}
+
+// ReadAhead returns the read-ahead's counters: pages fetched ahead, pages
+// used by a reader, pages dropped unread, and fetch batches.
+func (w *Waits) ReadAhead() (fetched, used, dropped, batches uint64) {
+	return w.raFetched.Load(), w.raUsed.Load(), w.raDropped.Load(), w.raBatches.Load()
 }
 
 // WALFsyncs returns how many fsyncs of pg_wal files Postgres made.
@@ -88,6 +98,9 @@ var (
 	descAbove = prometheus.NewDesc("strata_compute_page_lsn_above_w_total", "Page writes whose page LSN was above the WAL position written (bulk writes), tagged with the page LSN.", nil, nil)
 	descSend  = prometheus.NewDesc("strata_compute_fsync_send_only_total", "fsyncs answered once sent to storage, without waiting for durability (Postgres in crash recovery).", nil, nil)
 	descWAL   = prometheus.NewDesc("strata_compute_wal_fsyncs_total", "fsyncs of pg_wal files, answered without flushing the scratch disk (the safekeepers make WAL durable).", nil, nil)
+	descRA    = prometheus.NewDesc("strata_compute_readahead_pages_total", "Pages fetched ahead of sequential readers (result=fetched), taken by a reader (used), or dropped unread (dropped).", []string{"result"}, nil)
+	descRAB   = prometheus.NewDesc("strata_compute_readahead_batches_total", "Read-ahead fetches (one Backend batch each).", nil, nil)
+	descRAS   = prometheus.NewDesc("strata_compute_readahead_seconds_total", "Time spent in read-ahead fetches (in the background, not waited for by Postgres unless it reads a page still in flight).", nil, nil)
 )
 
 type waitsCollector struct{ w *Waits }
@@ -101,6 +114,9 @@ func (c waitsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAbove
 	ch <- descSend
 	ch <- descWAL
+	ch <- descRA
+	ch <- descRAB
+	ch <- descRAS
 }
 
 func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -120,6 +136,11 @@ func (c waitsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAbove, prometheus.CounterValue, float64(c.w.lsnAboveW.Load()))
 	ch <- prometheus.MustNewConstMetric(descSend, prometheus.CounterValue, float64(c.w.sendOnly.Load()))
 	ch <- prometheus.MustNewConstMetric(descWAL, prometheus.CounterValue, float64(c.w.walSyncs.Load()))
+	ch <- prometheus.MustNewConstMetric(descRA, prometheus.CounterValue, float64(c.w.raFetched.Load()), "fetched")
+	ch <- prometheus.MustNewConstMetric(descRA, prometheus.CounterValue, float64(c.w.raUsed.Load()), "used")
+	ch <- prometheus.MustNewConstMetric(descRA, prometheus.CounterValue, float64(c.w.raDropped.Load()), "dropped")
+	ch <- prometheus.MustNewConstMetric(descRAB, prometheus.CounterValue, float64(c.w.raBatches.Load()))
+	ch <- prometheus.MustNewConstMetric(descRAS, prometheus.CounterValue, float64(c.w.raNanos.Load())/1e9)
 }
 
 // LastWritten is the last-written-LSN map: for each page, the W of its last

@@ -144,8 +144,9 @@ type bufPage struct {
 }
 
 var (
-	_ fusefs.Backend = (*Backend)(nil)
-	_ fusefs.Sender  = (*Backend)(nil)
+	_ fusefs.Backend     = (*Backend)(nil)
+	_ fusefs.Sender      = (*Backend)(nil)
+	_ fusefs.BatchReader = (*Backend)(nil)
 )
 
 // Open loads the timeline's index (files, relation forks and their sizes,
@@ -435,6 +436,62 @@ func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince
 	}
 	copy(page, data)
 	return nil
+}
+
+// ReadPages implements fusefs.BatchReader (the read-ahead): the pages in
+// the write buffer are copied from it, the others read with one GetPages,
+// each like ReadPage reads it.
+func (b *Backend) ReadPages(ctx context.Context, keys []pg.PageKey, notModifiedSince []pg.LSN, pages [][]byte) []error {
+	ctx = context.WithoutCancel(ctx)
+	errs := make([]error, len(keys))
+	reqs := make([]client.PageRequest, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	b.mu.Lock()
+	for i, k := range keys {
+		n, ok := b.rels[k.Tag()]
+		switch {
+		case b.closed:
+			errs[i] = ErrClosed
+		case !ok:
+			errs[i] = fmt.Errorf("%w: relation %s", fusefs.ErrNotFound, k.Tag())
+		case k.Block >= n:
+			errs[i] = fmt.Errorf("%w: block %s past the end (%d blocks)", fusefs.ErrNotFound, k, n)
+		default:
+			if p, ok := b.buf[k]; ok {
+				copy(pages[i], p.data)
+				continue
+			}
+			reqs = append(reqs, client.PageRequest{Page: k, RequestLSN: client.LatestLSN, NotModifiedSince: min(notModifiedSince[i], b.maxW)})
+			idx = append(idx, i)
+		}
+	}
+	b.mu.Unlock()
+	if len(reqs) == 0 {
+		return errs
+	}
+	res, err := b.c.GetPages(ctx, b.tl, reqs)
+	for j, i := range idx {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		r := res[j]
+		if lost := b.checkRead(client.Ack{Incarnation: r.Incarnation}); lost != nil {
+			errs[i] = lost
+			continue
+		}
+		switch {
+		case errors.Is(r.Err, timeline.ErrNotFound):
+			clear(pages[i])
+		case r.Err != nil:
+			errs[i] = r.Err
+		case len(r.Data) != pg.BlockSize:
+			errs[i] = fmt.Errorf("psbackend: page %s has %d bytes", keys[i], len(r.Data))
+		default:
+			copy(pages[i], r.Data)
+		}
+	}
+	return errs
 }
 
 // putZeros buffers zero pages over blocks [from, to) of rel at w, so that

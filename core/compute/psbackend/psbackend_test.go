@@ -99,7 +99,11 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 		h.mu.Unlock()
 		return next(ctx, req)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.UnaryInterceptor(countCalls))
+	// Batches on the GetPages stream count as calls of "GetPages".
+	countBatches := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+		return next(srv, &countingStream{ServerStream: ss, h: h, method: info.FullMethod})
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.UnaryInterceptor(countCalls), grpc.StreamInterceptor(countBatches))
 	server.New(ps, zerolog.Nop(), reg).Register(g)
 	go g.Serve(lis)
 	c, err := client.Dial(lis.Addr().String())
@@ -109,6 +113,23 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 	h.g, h.c = g, c
 	tb.Cleanup(h.stop)
 	return h
+}
+
+// countingStream counts the messages a client sends on a stream.
+type countingStream struct {
+	grpc.ServerStream
+	h      *harness
+	method string
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.h.mu.Lock()
+		s.h.calls[s.method]++
+		s.h.mu.Unlock()
+	}
+	return err
 }
 
 func (h *harness) stop() {
@@ -681,5 +702,54 @@ func TestConcurrentForks(t *testing.T) {
 				t.Fatalf("fork %d block %d after Sync: %v, %d; want %d", f, blk, err, buf[0], models[f][blk])
 			}
 		}
+	}
+}
+
+// TestReadPages: the read-ahead's batch read answers like ReadPage for
+// each page (the write buffer first, then one GetPages for the rest), and
+// a page past the end or of a missing fork fails alone.
+func TestReadPages(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 100); err != nil {
+		t.Fatal(err)
+	}
+	for blk := uint32(0); blk < 5; blk++ {
+		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(110+blk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Sync(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.WritePage(ctx, rel.Page(2), page(33), 300); err != nil { // buffered
+		t.Fatal(err)
+	}
+	keys := []pg.PageKey{rel.Page(0), rel.Page(1), rel.Page(2), rel.Page(4), rel.Page(9), {Spc: 1663, DB: 5, Rel: 99999}}
+	pages := make([][]byte, len(keys))
+	nms := make([]pg.LSN, len(keys))
+	for i := range pages {
+		pages[i] = make([]byte, pg.BlockSize)
+		nms[i] = 300
+	}
+	gets := h.count("GetPages")
+	errs := be.ReadPages(ctx, keys, nms, pages)
+	for i, want := range []byte{1, 2, 33, 5} {
+		if errs[i] != nil || !bytes.Equal(pages[i], page(want)) {
+			t.Errorf("%s: %v, %d; want %d", keys[i], errs[i], pages[i][0], want)
+		}
+	}
+	for _, i := range []int{4, 5} {
+		if !errors.Is(errs[i], fusefs.ErrNotFound) {
+			t.Errorf("%s: %v, want not found", keys[i], errs[i])
+		}
+	}
+	if n := h.count("GetPages") - gets; n != 1 {
+		t.Errorf("%d GetPages calls for one batch, want 1", n)
 	}
 }
