@@ -125,12 +125,14 @@ type Backend struct {
 	// at least (this compute is the only writer): a batch whose pages all
 	// lie below it extends nothing there, and flush need not restate it.
 	psSize map[pg.RelTag]uint32
-	// resized holds the forks created or truncated since the last send,
-	// each with the number of its latest such change (resizes counts
-	// them): the next flush stores their sizes with the page writes, in
-	// the same round trip, and forgets only the changes it carried.
+	// resized holds the forks created, truncated or unlinked since the
+	// last send, each with the number of its latest such change (resizes
+	// counts them): the next flush stores their sizes (drops, for those in
+	// drops) with the page writes, in the same round trip, and forgets
+	// only the changes it carried.
 	resized map[pg.RelTag]uint64
 	resizes uint64
+	drops   map[pg.RelTag]bool
 
 	kick     chan struct{} // cap 1: the buffer is full, the flusher should send it
 	stop     chan struct{} // closed by Close: the flusher exits
@@ -163,7 +165,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 	if opts.WriteBuffer <= 0 {
 		opts.WriteBuffer = 64
 	}
-	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, resized: map[pg.RelTag]uint64{}, lostCh: make(chan struct{}),
+	b := &Backend{c: c, tl: tl, opts: opts, rels: map[pg.RelTag]uint32{}, files: map[string]*fileEnt{}, dirs: map[string]uint32{}, buf: map[pg.PageKey]*bufPage{}, sizeW: map[pg.RelTag]pg.LSN{}, psSize: map[pg.RelTag]uint32{}, resized: map[pg.RelTag]uint64{}, drops: map[pg.RelTag]bool{}, lostCh: make(chan struct{}),
 		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	fs, rels, err := c.ListFiles(ctx, tl, client.LatestLSN)
 	if err != nil {
@@ -377,6 +379,7 @@ func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error 
 	b.dropBufferedLocked(rel, 0)
 	b.rels[rel] = 0
 	delete(b.psSize, rel)
+	delete(b.drops, rel)
 	b.resizes++
 	b.resized[rel] = b.resizes
 	return nil
@@ -630,12 +633,13 @@ func (b *Backend) flush(ctx context.Context) error {
 	sizes := make([]client.SizeWrite, 0, len(top))
 	for rel, w := range top {
 		n, ok := b.rels[rel]
-		if !ok {
-			continue // unlinked meanwhile (never a page of a fork that does not exist)
+		drop := !ok && b.drops[rel]
+		if !ok && !drop {
+			continue
 		}
 		w = max(w, b.sizeW[rel])
 		b.sizeW[rel] = w
-		sizes = append(sizes, client.SizeWrite{Rel: rel, Nblocks: n, W: w})
+		sizes = append(sizes, client.SizeWrite{Rel: rel, Nblocks: n, W: w, Drop: drop})
 	}
 	b.mu.Unlock()
 	var maxW pg.LSN
@@ -664,6 +668,7 @@ func (b *Backend) flush(ctx context.Context) error {
 	for rel, seq := range resized {
 		if b.resized[rel] == seq {
 			delete(b.resized, rel)
+			delete(b.drops, rel)
 		}
 	}
 	for k, p := range sent {
@@ -744,25 +749,30 @@ func (b *Backend) TruncateRel(ctx context.Context, rel pg.RelTag, nblocks uint32
 	return nil
 }
 
-// UnlinkRel implements fusefs.Backend.
+// UnlinkRel implements fusefs.Backend. Like CreateRel it makes no round
+// trip: the fork and its buffered writes go here at once, and the next
+// send stores the drop on the pageserver with the pages. An unlink that no
+// send carried is lost with the agent: Postgres' crash recovery unlinks a
+// dropped table's files again (the commit record lists them); a file the
+// checkpointer unlinks after a checkpoint (the first segment of a dropped
+// main fork, truncated to nothing at the drop) may stay behind empty, as
+// it may on local disk after a crash.
 func (b *Backend) UnlinkRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
-	ctx = context.WithoutCancel(ctx)
 	if _, err := b.size(rel); err != nil {
 		return err
 	}
-	if err := b.flush(ctx); err != nil {
-		return err
-	}
-	w = b.sizeTag(rel, w)
-	if err := b.note(w)(b.c.DropRelAck(ctx, b.tl, rel, w)); err != nil {
-		return mapErr(err)
-	}
-	b.sent(w, 0)
+	b.sizeTag(rel, w)
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.dropBufferedLocked(rel, 0)
 	delete(b.rels, rel)
 	delete(b.psSize, rel)
-	delete(b.resized, rel)
-	b.mu.Unlock()
+	b.resizes++
+	b.resized[rel] = b.resizes
+	b.drops[rel] = true
 	return nil
 }
 

@@ -466,7 +466,8 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 // TestCreateRelTravelsWithPages: creating forks costs no round trip; the
 // next send stores them with the page writes in one PutPages (empty forks
 // too, and a fork written meanwhile with its size), after which another
-// Backend sees them; an unlink afterwards drops one. A Backend that dies
+// Backend sees them; an unlink costs none either and drops one at the
+// next send. A Backend that dies
 // before any send leaves no trace of its new forks (Postgres' crash
 // recovery creates them again from the WAL), but a file written after a
 // create goes out after it.
@@ -563,8 +564,36 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 			t.Fatalf("reset fork block %d: %v, %d", blk, err, buf[0])
 		}
 	}
+	// An unlink makes no call either; the next send drops the fork there.
+	calls = h.total()
 	w += 10
 	if err := be.UnlinkRel(ctx, empty[2], w); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.total() - calls; n != 0 {
+		t.Fatalf("an unlink made %d calls to the pageserver, want 0", n)
+	}
+	if _, err := be.Nblocks(ctx, empty[2]); !errors.Is(err, fusefs.ErrNotFound) {
+		t.Fatalf("unlinked %s here: %v", empty[2], err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if _, err := other.Nblocks(ctx, empty[2]); err != nil {
+		t.Fatalf("%s before the send of its unlink: %v", empty[2], err)
+	}
+	if err := be.Sync(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	other = open(t, h, psbackend.Options{})
+	if _, err := other.Nblocks(ctx, empty[2]); !errors.Is(err, fusefs.ErrNotFound) {
+		t.Fatalf("unlinked %s after Sync: %v", empty[2], err)
+	}
+	// Unlinked and created again before a send: a new, empty fork.
+	w += 10
+	if err := be.UnlinkRel(ctx, empty[0], w); err != nil {
+		t.Fatal(err)
+	}
+	w += 10
+	if err := be.CreateRel(ctx, empty[0], w); err != nil {
 		t.Fatal(err)
 	}
 	// A fork created after the last send, by a Backend that then dies
@@ -575,9 +604,6 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	other = open(t, h, psbackend.Options{})
-	if _, err := other.Nblocks(ctx, empty[2]); !errors.Is(err, fusefs.ErrNotFound) {
-		t.Fatalf("unlinked %s: %v", empty[2], err)
-	}
 	if _, err := other.Nblocks(ctx, lost); !errors.Is(err, fusefs.ErrNotFound) {
 		t.Fatalf("unsent %s: %v", lost, err)
 	}
@@ -608,6 +634,9 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 	other = open(t, h, psbackend.Options{})
 	if n, err := other.Nblocks(ctx, lost2); err != nil || n != 0 {
 		t.Fatalf("%s once a file written after it is stored: %d blocks, %v", lost2, n, err)
+	}
+	if n, err := other.Nblocks(ctx, empty[0]); err != nil || n != 0 {
+		t.Fatalf("%s unlinked and created again: %d blocks, %v", empty[0], n, err)
 	}
 }
 

@@ -347,7 +347,7 @@ func (c *Client) PutPagesAck(ctx context.Context, tl pg.TimelineID, ws []PageWri
 		req.Pages[i] = &pb.PageWrite{Rel: rt(w.Page.Tag()), Block: w.Page.Block, W: uint64(w.W), Page: w.Data}
 	}
 	for _, s := range sizes {
-		req.Sizes = append(req.Sizes, &pb.RelSizeWrite{Rel: rt(s.Rel), Nblocks: s.Nblocks, W: uint64(s.W)})
+		req.Sizes = append(req.Sizes, &pb.RelSizeWrite{Rel: rt(s.Rel), Nblocks: s.Nblocks, W: uint64(s.W), Drop: s.Drop})
 	}
 	resp, err := c.rpc.PutPages(ctx, req)
 	if err != nil {

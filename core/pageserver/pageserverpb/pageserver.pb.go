@@ -575,9 +575,10 @@ type PutPagesRequest struct {
 	Timeline []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
 	Pages    []*PageWrite           `protobuf:"bytes,2,rep,name=pages,proto3" json:"pages,omitempty"`
 	Term     uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	// Fork sizes stored in the same write, after the pages: a fork created
-	// since the last send, or a size restated above the pages that extended
-	// it. A size at the same W as a page's extension replaces it.
+	// Fork sizes stored in the same write, after the pages: a fork created,
+	// truncated or dropped since the last send, or a size restated above the
+	// pages that extended it. A size at the same W as a page's extension
+	// replaces it.
 	Sizes         []*RelSizeWrite `protobuf:"bytes,4,rep,name=sizes,proto3" json:"sizes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -642,10 +643,12 @@ func (x *PutPagesRequest) GetSizes() []*RelSizeWrite {
 }
 
 type RelSizeWrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rel           *RelTag                `protobuf:"bytes,1,opt,name=rel,proto3" json:"rel,omitempty"`
-	Nblocks       uint32                 `protobuf:"varint,2,opt,name=nblocks,proto3" json:"nblocks,omitempty"`
-	W             uint64                 `protobuf:"varint,3,opt,name=w,proto3" json:"w,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Rel     *RelTag                `protobuf:"bytes,1,opt,name=rel,proto3" json:"rel,omitempty"`
+	Nblocks uint32                 `protobuf:"varint,2,opt,name=nblocks,proto3" json:"nblocks,omitempty"`
+	W       uint64                 `protobuf:"varint,3,opt,name=w,proto3" json:"w,omitempty"`
+	// drop: the fork is dropped at w (nblocks is ignored).
+	Drop          bool `protobuf:"varint,4,opt,name=drop,proto3" json:"drop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +702,13 @@ func (x *RelSizeWrite) GetW() uint64 {
 		return x.W
 	}
 	return 0
+}
+
+func (x *RelSizeWrite) GetDrop() bool {
+	if x != nil {
+		return x.Drop
+	}
+	return false
 }
 
 // The answer of every mutation and of GetDurable: the timeline's durable LSN
@@ -2102,11 +2112,12 @@ const file_pageserver_proto_rawDesc = "" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x125\n" +
 	"\x05pages\x18\x02 \x03(\v2\x1f.strata.pageserver.v1.PageWriteR\x05pages\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x128\n" +
-	"\x05sizes\x18\x04 \x03(\v2\".strata.pageserver.v1.RelSizeWriteR\x05sizes\"f\n" +
+	"\x05sizes\x18\x04 \x03(\v2\".strata.pageserver.v1.RelSizeWriteR\x05sizes\"z\n" +
 	"\fRelSizeWrite\x12.\n" +
 	"\x03rel\x18\x01 \x01(\v2\x1c.strata.pageserver.v1.RelTagR\x03rel\x12\x18\n" +
 	"\anblocks\x18\x02 \x01(\rR\anblocks\x12\f\n" +
-	"\x01w\x18\x03 \x01(\x04R\x01w\"U\n" +
+	"\x01w\x18\x03 \x01(\x04R\x01w\x12\x12\n" +
+	"\x04drop\x18\x04 \x01(\bR\x04drop\"U\n" +
 	"\x10PutPagesResponse\x12\x1f\n" +
 	"\vdurable_lsn\x18\x01 \x01(\x04R\n" +
 	"durableLsn\x12 \n" +

@@ -209,7 +209,7 @@ func (s *Server) PutPages(ctx context.Context, r *pb.PutPagesRequest) (*pb.PutPa
 	}
 	sizes := make([]timeline.SizeWrite, len(r.Sizes))
 	for i, sz := range r.Sizes {
-		sizes[i] = timeline.SizeWrite{Rel: relTag(sz.Rel), Nblocks: sz.Nblocks, W: pg.LSN(sz.W)}
+		sizes[i] = timeline.SizeWrite{Rel: relTag(sz.Rel), Nblocks: sz.Nblocks, W: pg.LSN(sz.W), Drop: sz.Drop}
 	}
 	var d pg.LSN
 	err = s.ps.Mutate(id, r.Term, func(tl *timeline.Timeline) error {

@@ -9,8 +9,8 @@ import (
 
 // TestPutPagesWithSizes: sizes written with PutPages create empty forks,
 // replace the extension a page makes at the same W (the size sent after
-// the page wins), lower a size at a later W, and survive a reopen (one
-// log write with the pages).
+// the page wins), lower a size at a later W, drop a fork, and survive a
+// reopen (one log write with the pages).
 func TestPutPagesWithSizes(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -44,12 +44,22 @@ func TestPutPagesWithSizes(t *testing.T) {
 	}
 	check(tl, grown, LatestLSN, 2)
 	check(tl, grown, 150, 6)
+	// A drop sent the same way.
+	if _, err := tl.PutPages(ctx, nil, SizeWrite{Rel: empty, W: 300, Drop: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok, err := tl.Nblocks(ctx, empty, LatestLSN); err != nil || ok {
+		t.Fatalf("dropped %s: %d blocks, exists %v, %v", empty, n, ok, err)
+	}
+	check(tl, empty, 250, 0)
 	if err := tl.Close(); err != nil {
 		t.Fatal(err)
 	}
 	tl = openT(t, dir, commit, nil, pg.TimelineID{7}, nil, 0)
 	defer tl.Close()
-	check(tl, empty, LatestLSN, 0)
+	if _, ok, err := tl.Nblocks(ctx, empty, LatestLSN); err != nil || ok {
+		t.Fatalf("dropped %s after reopen: exists %v, %v", empty, ok, err)
+	}
 	check(tl, grown, LatestLSN, 2)
 	got, err := tl.GetPage(ctx, grown.Page(1), LatestLSN, 0)
 	if err != nil || got[0] != 2 {

@@ -367,7 +367,8 @@ type PageWrite struct {
 //
 // sizes are stored in the same write, after the pages (one log write for
 // both): a fork's size at its W, which creates the fork if needed and, at
-// the W of a page's extension, replaces that extension's size.
+// the W of a page's extension, replaces that extension's size; or the
+// fork's drop at its W.
 func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWrite) (pg.LSN, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
@@ -394,6 +395,10 @@ func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWr
 		ext[rel] = n
 	}
 	for _, s := range sizes {
+		if s.Drop {
+			cs = append(cs, Change{Key: keyspace.RelSize(s.Rel), LSN: s.W, Kind: layer.Tombstone})
+			continue
+		}
 		cs = append(cs, Change{Key: keyspace.RelSize(s.Rel), LSN: s.W, Kind: layer.Image, Data: encodeSize(s.Nblocks)})
 	}
 	if err := t.putLocked(cs, true, true); err != nil {
@@ -408,6 +413,8 @@ type SizeWrite struct {
 	Rel     pg.RelTag
 	Nblocks uint32
 	W       pg.LSN
+	// Drop drops the fork at W instead (Nblocks is ignored).
+	Drop bool
 }
 
 // SetRelSize creates a relation fork (if needed) or truncates/extends it
