@@ -69,8 +69,8 @@ type raPage struct {
 }
 
 const (
-	readAheadTTL = 500 * time.Millisecond
-	readAheadCap = 64 // windows of pages held at most
+	readAheadTTL = 250 * time.Millisecond
+	readAheadCap = 32 // windows of pages held at most (16 MiB at the default window)
 	maxRuns      = 4096
 )
 
