@@ -258,7 +258,8 @@ func decodeDirs(data []byte) (map[string]uint32, error) {
 }
 
 // Close sends the buffered page writes and marks the Backend closed (the
-// client is the caller's).
+// client is the caller's); a Sync still waiting for durability returns
+// ErrClosed.
 func (b *Backend) Close() error {
 	b.stopOnce.Do(func() { close(b.stop) })
 	b.bg.Wait()
@@ -1182,6 +1183,12 @@ func (b *Backend) Sync(ctx context.Context, w pg.LSN) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("psbackend: Sync(%s): %w", w, ctx.Err())
+		case <-b.stop:
+			// Close: the compute is being torn down (Postgres died). A Sync
+			// left waiting would keep its fsync, and so the dying process
+			// and the mount, alive for good when the WAL it waits for can
+			// no longer reach the safekeepers.
+			return fmt.Errorf("psbackend: Sync(%s): %w", w, ErrClosed)
 		case <-time.After(b.opts.SyncPoll):
 		}
 	}

@@ -165,6 +165,44 @@ func TestBackendSuite(t *testing.T) {
 
 func page(b byte) []byte { return bytes.Repeat([]byte{b}, pg.BlockSize) }
 
+// TestCloseEndsSync: a Sync that waits for a commit LSN that will never
+// come (Postgres died with WAL the safekeepers never got) returns ErrClosed
+// once the Backend is closed, so that the fsync it answers, and the mount,
+// do not stay blocked for good.
+func TestCloseEndsSync(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	be := open(t, h, psbackend.Options{})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.WritePage(ctx, rel.Page(0), page(7), 200); err != nil {
+		t.Fatal(err)
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- be.Sync(ctx, 200) }()
+	select {
+	case err := <-synced:
+		t.Fatalf("Sync(200) returned (%v) with the commit LSN at 0", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-synced:
+		if !errors.Is(err, psbackend.ErrClosed) {
+			t.Fatalf("Sync after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sync still waiting 5 s after Close")
+	}
+}
+
 // TestSyncWaitsForCommitLSN: without StandaloneCommit, Sync(w) returns only
 // once someone (the safekeepers in a cluster; here the test) advances the
 // commit LSN to w, and a write above the commit LSN is not durable.
