@@ -165,48 +165,11 @@ func TestBackendSuite(t *testing.T) {
 
 func page(b byte) []byte { return bytes.Repeat([]byte{b}, pg.BlockSize) }
 
-// TestCloseEndsSync: a Sync that waits for a commit LSN that will never
-// come (Postgres died with WAL the safekeepers never got) returns ErrClosed
-// once the Backend is closed, so that the fsync it answers, and the mount,
-// do not stay blocked for good.
-func TestCloseEndsSync(t *testing.T) {
-	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
-	be := open(t, h, psbackend.Options{})
-	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	if err := be.CreateRel(ctx, rel, 100); err != nil {
-		t.Fatal(err)
-	}
-	if err := be.WritePage(ctx, rel.Page(0), page(7), 200); err != nil {
-		t.Fatal(err)
-	}
-	synced := make(chan error, 1)
-	go func() { synced <- be.Sync(ctx, 200) }()
-	select {
-	case err := <-synced:
-		t.Fatalf("Sync(200) returned (%v) with the commit LSN at 0", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	if err := be.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-synced:
-		if !errors.Is(err, psbackend.ErrClosed) {
-			t.Fatalf("Sync after Close: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Sync still waiting 5 s after Close")
-	}
-}
-
-// TestSyncWaitsForCommitLSN: without StandaloneCommit, Sync(w) returns only
-// once someone (the safekeepers in a cluster; here the test) advances the
-// commit LSN to w, and a write above the commit LSN is not durable.
-func TestSyncWaitsForCommitLSN(t *testing.T) {
+// waitingSync starts a Backend without StandaloneCommit, writes a page at
+// W 200 and starts Sync(200) in the background; the commit LSN stays at 0
+// until the test moves it. It checks that the Sync waits.
+func waitingSync(t *testing.T) (*harness, *psbackend.Backend, chan error) {
+	t.Helper()
 	ctx := context.Background()
 	h := start(t, t.TempDir(), objectstore.NewMemory())
 	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
@@ -227,6 +190,34 @@ func TestSyncWaitsForCommitLSN(t *testing.T) {
 		t.Fatalf("Sync(200) returned (%v) before the commit LSN reached 200", err)
 	case <-time.After(150 * time.Millisecond):
 	}
+	return h, be, synced
+}
+
+// TestCloseEndsSync: a Sync that waits for a commit LSN that will never
+// come (Postgres died with WAL the safekeepers never got) returns ErrClosed
+// once the Backend is closed, so that the fsync it answers, and the mount,
+// do not stay blocked for good.
+func TestCloseEndsSync(t *testing.T) {
+	_, be, synced := waitingSync(t)
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-synced:
+		if !errors.Is(err, psbackend.ErrClosed) {
+			t.Fatalf("Sync after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sync still waiting 5 s after Close")
+	}
+}
+
+// TestSyncWaitsForCommitLSN: without StandaloneCommit, Sync(w) returns only
+// once someone (the safekeepers in a cluster; here the test) advances the
+// commit LSN to w, and a write above the commit LSN is not durable.
+func TestSyncWaitsForCommitLSN(t *testing.T) {
+	ctx := context.Background()
+	h, be, synced := waitingSync(t)
 	if d := be.Durable(); d >= 200 {
 		t.Fatalf("durable %s before the commit LSN moved", d)
 	}
@@ -251,6 +242,7 @@ func TestSyncWaitsForCommitLSN(t *testing.T) {
 	}
 	// SyncTimeout bounds a Sync the commit LSN does not reach.
 	bounded := open(t, h, psbackend.Options{SyncTimeout: 50 * time.Millisecond})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384} // waitingSync's fork
 	if err := bounded.WritePage(ctx, rel.Page(1), page(8), 300); err != nil {
 		t.Fatal(err)
 	}
