@@ -38,7 +38,7 @@ type BatchReader interface {
 // windows of pages are held. A parallel sequential scan hands its workers
 // chunks of 32-64 blocks: each worker is a reader of its own, and the
 // window it fetches past the end of its chunk is often read by the next
-// worker (or dropped unread, about a fifth of the pages fetched in a
+// worker (or dropped unread: 14-15% of the pages fetched in a
 // 574 MB scan with a window of 64).
 type readAhead struct {
 	fsys   *FS
