@@ -408,38 +408,7 @@ func (b *Backend) Nblocks(ctx context.Context, rel pg.RelTag) (uint32, error) {
 // notModifiedSince capped at the highest W this Backend sent (the
 // pageserver holds every write of this compute, so it need not wait).
 func (b *Backend) ReadPage(ctx context.Context, key pg.PageKey, notModifiedSince pg.LSN, page []byte) error {
-	ctx = context.WithoutCancel(ctx)
-	n, err := b.size(key.Tag())
-	if err != nil {
-		return err
-	}
-	if key.Block >= n {
-		return fmt.Errorf("%w: block %s past the end (%d blocks)", fusefs.ErrNotFound, key, n)
-	}
-	b.mu.Lock()
-	if p, ok := b.buf[key]; ok {
-		copy(page, p.data)
-		b.mu.Unlock()
-		return nil
-	}
-	nms := min(notModifiedSince, b.maxW)
-	b.mu.Unlock()
-	data, ack, err := b.c.GetPageAck(ctx, b.tl, client.PageRequest{Page: key, RequestLSN: client.LatestLSN, NotModifiedSince: nms})
-	if lost := b.checkRead(ack); lost != nil {
-		return lost
-	}
-	if errors.Is(err, timeline.ErrNotFound) {
-		clear(page)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(data) != pg.BlockSize {
-		return fmt.Errorf("psbackend: page %s has %d bytes", key, len(data))
-	}
-	copy(page, data)
-	return nil
+	return b.ReadPages(ctx, []pg.PageKey{key}, []pg.LSN{notModifiedSince}, [][]byte{page})[0]
 }
 
 // ReadPages implements fusefs.BatchReader (the read-ahead): the pages in
