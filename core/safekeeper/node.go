@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,6 +78,12 @@ type Node struct {
 	serverEnd pg.LSN
 	fullAt    pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
 	election  sync.Mutex // serializes Vote and Accept
+
+	// wantedAt is when a reader last waited for the commit LSN
+	// (CommitNotify; unix nanoseconds); wanted wakes the peer poller when
+	// such a wait starts after none for peerWantHold.
+	wantedAt atomic.Int64
+	wanted   chan struct{}
 }
 
 type peerInfo struct {
@@ -97,7 +104,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	log := deps.Logger.With().Str("safekeeper", cfg.ID).Logger()
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID, cfg.DataDir), wake: make(chan struct{}, 1),
-		commitCh: make(chan struct{}), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
+		commitCh: make(chan struct{}), wanted: make(chan struct{}, 1), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
 	var guard *rawio.Guard
 	if cfg.RawSyscalls {
 		guard = &rawio.Guard{OnSlow: func(op string, took time.Duration) {
@@ -116,8 +123,12 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	n.acc = election.NewAcceptor(acceptorState(ctl))
 	n.commit = ctl.CommitLSN
 	n.follow = n.followTarget(ctl)
+	dial := server.Dial
+	if cfg.RawSyscalls {
+		dial = server.DialRaw
+	}
 	for _, p := range cfg.Peers {
-		c, err := server.Dial(p)
+		c, err := dial(p)
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -205,6 +216,9 @@ func (n *Node) Listen() error {
 	l, err := net.Listen("tcp", n.cfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("safekeeper %s: listen: %w", n.cfg.ID, err)
+	}
+	if n.cfg.RawSyscalls {
+		l = rawio.WrapListener(l)
 	}
 	n.lis = l
 	return nil
@@ -478,6 +492,16 @@ func (n *Node) updateCommit() {
 }
 
 // peerLoop polls the peers' flush LSNs to compute the commit LSN.
+//
+// How fast depends on who waits for it. A reader of committed WAL (the
+// pageserver's WAL ingest in redo mode, a compute fetching its WAL tail)
+// waits through CommitNotify; while one did in the last peerWantHold, the
+// peers are polled every peerBusyPoll while this node holds flushed WAL not
+// known committed, and at once after it flushes more. With no such reader
+// (writeback mode: the pageserver learns the commit LSN from every
+// safekeeper's flush LSN itself) the commit LSN only feeds the control
+// file and the archiver, and a poll every peerIdlePoll serves them; the
+// busy rate cost each safekeeper about a quarter of its CPU under load.
 func (n *Node) peerLoop(ctx context.Context) {
 	if len(n.cfg.Peers) == 0 {
 		// A lone safekeeper is its own quorum: commit follows flush.
@@ -513,17 +537,7 @@ func (n *Node) peerLoop(ctx context.Context) {
 		}
 		wg.Wait()
 		n.updateCommit()
-		// The commit LSN never passes this node's own flush LSN. Once it
-		// is there, the peers can tell nothing new until this node flushes
-		// more: poll at peerIdlePoll then, and at once when it flushes.
-		// Idle, the busy rate cost each safekeeper about 5% of a core.
-		wait, wake := peerBusyPoll, (<-chan struct{})(nil)
-		flush := n.st.FlushLSN()
-		n.mu.Lock()
-		if n.commit >= flush {
-			wait, wake = peerIdlePoll, flushed
-		}
-		n.mu.Unlock()
+		wait, wake := n.nextPoll(flushed)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -532,16 +546,39 @@ func (n *Node) peerLoop(ctx context.Context) {
 		case <-t.C:
 		case <-wake:
 			t.Stop()
+		case <-n.wanted:
+			t.Stop()
 		}
 	}
 }
 
-// The peers' flush LSNs are polled every peerBusyPoll while this node has
-// flushed WAL that is not known committed, else every peerIdlePoll (and at
-// once when it flushes): a peer's status is fresh for 10 s in updateCommit.
+// nextPoll returns how long the peer poller waits before its next round
+// and what else ends the wait (nil: nothing); flushed is the FlushNotify
+// channel taken before the round.
+func (n *Node) nextPoll(flushed <-chan struct{}) (time.Duration, <-chan struct{}) {
+	if time.Now().UnixNano()-n.wantedAt.Load() > int64(peerWantHold) {
+		return peerIdlePoll, nil
+	}
+	// The commit LSN never passes this node's own flush LSN. Once it is
+	// there, the peers can tell nothing new until this node flushes more:
+	// poll at peerIdlePoll then, and at once when it flushes.
+	flush := n.st.FlushLSN()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.commit >= flush {
+		return peerIdlePoll, flushed
+	}
+	return peerBusyPoll, nil
+}
+
+// The peers' flush LSNs are polled every peerBusyPoll while a reader waits
+// for the commit LSN (one did in the last peerWantHold) and this node has
+// flushed WAL that is not known committed, else every peerIdlePoll: a
+// peer's status is fresh for 10 s in updateCommit.
 const (
 	peerBusyPoll = 50 * time.Millisecond
 	peerIdlePoll = time.Second
+	peerWantHold = 2 * time.Second
 )
 
 // controlLoop records flush and commit LSNs in the control file regularly.
@@ -579,8 +616,16 @@ func (n *Node) CommitLSN() pg.LSN {
 	return n.commit
 }
 
-// CommitNotify implements server.Backend.
+// CommitNotify implements server.Backend. A caller waits for the commit
+// LSN: the peers are polled at the busy rate for peerWantHold (peerLoop).
 func (n *Node) CommitNotify() <-chan struct{} {
+	now := time.Now().UnixNano()
+	if now-n.wantedAt.Swap(now) > int64(peerWantHold) {
+		select {
+		case n.wanted <- struct{}{}:
+		default:
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.commitCh

@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 
+	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
 	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
+	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // countingPeer answers Status like an idle safekeeper and counts the calls.
@@ -64,4 +68,69 @@ func TestPeerPollIdle(t *testing.T) {
 			t.Errorf("peer %d answered %d status calls in 4 s of idling, want 2 to 10", i, c)
 		}
 	}
+}
+
+// TestPeerPollFollowsReaders: under a steady commit load a safekeeper
+// polls its peers about once a second while nobody reads committed WAL
+// from it (writeback mode: the pageserver computes the commit LSN from the
+// flush LSNs itself), and at the busy rate once a reader waits for the
+// commit LSN (a BOUND_COMMIT stream), which then receives WAL up to the
+// end of Postgres' WAL promptly.
+func TestPeerPollFollowsReaders(t *testing.T) {
+	c := startCluster(t)
+	waitSync(t, c.srv, 3)
+	c.srv.Exec("postgres", "CREATE TABLE load (id serial PRIMARY KEY, v text)")
+	ctx, cancel := context.WithCancel(context.Background())
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for ctx.Err() == nil {
+			c.srv.Exec("postgres", "INSERT INTO load (v) SELECT 'x' FROM generate_series(1, 10)")
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); <-loadDone }()
+	n := c.nodes[0]
+	rounds := func() float64 { return testutil.ToFloat64(n.m.peerPolls) }
+	window := 3 * time.Second
+	time.Sleep(time.Second) // past the start
+	r0 := rounds()
+	time.Sleep(window)
+	idle := rounds() - r0
+	if idle > 8 {
+		t.Errorf("%v peer poll rounds in %s of load with no reader of committed WAL, want about 3", idle, window)
+	}
+
+	cl, err := server.Dial(c.cfgs[0].ListenAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cons, err := cl.Consume(ctx, "test", n.Store().StartLSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	var got atomic.Uint64 // end of the WAL received
+	go func() {
+		for {
+			ch, err := cons.Recv()
+			if err != nil {
+				return
+			}
+			got.Store(uint64(ch.Start) + uint64(len(ch.Data)))
+		}
+	}()
+	time.Sleep(time.Second)
+	r0 = rounds()
+	time.Sleep(window)
+	busy := rounds() - r0
+	if busy < 20 {
+		t.Errorf("%v peer poll rounds in %s of load with a reader waiting for the commit LSN, want 20 or more (every 50 ms)", busy, window)
+	}
+	end := testpg.FlushLSN(t, c.srv)
+	start := time.Now()
+	testpg.WaitFor(t, 10*time.Second, "the reader at Postgres' flush LSN", func() bool { return pg.LSN(got.Load()) >= end })
+	t.Logf("peer poll rounds in %s: %v without a reader, %v with one; the reader reached %s %s after it was Postgres' flush LSN",
+		window, idle, busy, end, time.Since(start).Round(time.Millisecond))
 }

@@ -96,3 +96,17 @@ func (c *conn) opError(op string, errno syscall.Errno) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(),
 		Err: os.NewSyscallError(op, errno)}
 }
+
+// WrapListener returns l whose accepted connections have raw reads and
+// writes (WrapConn).
+func WrapListener(l net.Listener) net.Listener { return listener{l} }
+
+type listener struct{ net.Listener }
+
+func (l listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return WrapConn(c), nil
+}

@@ -155,18 +155,22 @@ func connPair(t *testing.T) (client, server net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln = WrapListener(ln)
 	defer ln.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := ln.Accept()
+	server, err = ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, server = WrapConn(c), WrapConn(s)
+	client = WrapConn(c)
 	if _, ok := client.(*conn); !ok {
 		t.Fatalf("WrapConn(%T) = %T; want a raw conn", c, client)
+	}
+	if _, ok := server.(*conn); !ok {
+		t.Fatalf("WrapListener's Accept = %T; want a raw conn", server)
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
 	return client, server

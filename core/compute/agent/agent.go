@@ -53,6 +53,7 @@ import (
 	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/sklink"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/core/safekeeper/election"
@@ -1235,8 +1236,8 @@ func (a *Agent) stop() error {
 }
 
 // feedCommit advances the pageserver's commit LSN to the safekeepers'
-// commit LSN of this agent's term, for a pageserver that does not follow
-// the safekeepers itself. A safekeeper's commit LSN is WAL a quorum holds.
+// commit LSN of this agent's term (sklink.Quorum of their statuses), for a
+// pageserver that does not follow the safekeepers itself.
 func (a *Agent) feedCommit(ctx context.Context) {
 	clients := make([]*server.Client, 0, len(a.cfg.Safekeepers))
 	for _, addr := range a.cfg.Safekeepers {
@@ -1263,15 +1264,18 @@ func (a *Agent) feedCommit(ctx context.Context) {
 		if term == 0 {
 			continue
 		}
-		var commit pg.LSN
+		peers := make([]sklink.Peer, 0, len(clients))
 		for _, c := range clients {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			st, err := c.Status(cctx)
 			cancel()
 			if err == nil && st.Term == term && st.Accepted {
-				commit = max(commit, st.CommitLSN)
+				peers = append(peers, sklink.Peer{Addr: c.Addr, Up: true, Term: st.Term, Accepted: true, Flush: st.FlushLSN, Commit: st.CommitLSN})
 			}
 		}
+		// WAL a majority flushed in this term is committed; a safekeeper's
+		// own commit LSN trails that by its peer polls.
+		commit := sklink.Quorum(peers, len(a.cfg.Safekeepers))
 		if commit > fed {
 			if err := a.ps.AdvanceCommitLSN(ctx, a.cfg.Timeline, commit); err != nil {
 				if ctx.Err() == nil {

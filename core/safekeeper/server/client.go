@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/stratadb/strata/core/safekeeper/election"
 	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
+	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -23,10 +25,25 @@ type Client struct {
 
 // Dial returns a client of the safekeeper at addr (plaintext gRPC; the
 // connection is made lazily).
-func Dial(addr string) (*Client, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxChunk+(1<<20))),
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(8<<20))
+func Dial(addr string) (*Client, error) { return dial(addr) }
+
+// DialRaw is Dial with raw socket reads and writes (internal/rawio): a
+// safekeeper's calls to its peers, which would otherwise wake the Go
+// runtime's monitor thread at every poll of their flush LSNs.
+func DialRaw(addr string) (*Client, error) {
+	return dial(addr, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawio.WrapConn(c), nil
+	}))
+}
+
+func dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxChunk + (1 << 20))),
+		grpc.WithInitialWindowSize(4 << 20), grpc.WithInitialConnWindowSize(8 << 20)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("server: dial %s: %w", addr, err)
 	}

@@ -65,7 +65,9 @@ type Backend interface {
 	Accept(ctx context.Context, req election.AcceptRequest, postgres string) (pg.LSN, error)
 	Store() *walstore.Store
 	// CommitLSN and CommitNotify: the quorum-durable LSN, and a channel
-	// closed when it next advances.
+	// closed when it next advances. Only a caller that waits for the commit
+	// LSN calls CommitNotify: it tells the backend that somebody does, and
+	// a safekeeper then learns its peers' flush LSNs promptly.
 	CommitLSN() pg.LSN
 	CommitNotify() <-chan struct{}
 	// Feedback records a consumer's progress.
@@ -212,9 +214,10 @@ func (s *service) StreamWAL(stream pb.Safekeeper_StreamWALServer) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		flushCh, commitCh := st.FlushNotify(), s.b.CommitNotify()
+		flushCh, commitCh := st.FlushNotify(), (<-chan struct{})(nil)
 		limit := st.FlushLSN()
 		if bound == pb.Bound_BOUND_COMMIT {
+			commitCh = s.b.CommitNotify()
 			limit = min(limit, s.b.CommitLSN())
 		}
 		if stop > 0 {
