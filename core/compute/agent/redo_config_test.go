@@ -50,3 +50,20 @@ func TestRedoConfig(t *testing.T) {
 		t.Fatalf("writeback mode sets wal_log_hints %q", s["wal_log_hints"])
 	}
 }
+
+// TestSettingsCommitDelay: strata's Postgres groups commits by default
+// (commit_delay, see settings), and compute.settings replaces the value.
+func TestSettingsCommitDelay(t *testing.T) {
+	c := Config{Pageserver: "127.0.0.1:1", Timeline: pg.TimelineID{1}, Safekeepers: []string{"a", "b", "c"},
+		Mountpoint: t.TempDir(), Scratch: t.TempDir(), Port: 5432}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["commit_delay"] != "200" {
+		t.Fatalf("default commit_delay %q, want 200", s["commit_delay"])
+	}
+	c.Settings = map[string]string{"commit_delay": "0"}
+	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["commit_delay"] != "0" {
+		t.Fatalf("commit_delay with compute.settings 0: %q", s["commit_delay"])
+	}
+}
