@@ -115,6 +115,28 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 	return h
 }
 
+// startTimeline starts a pageserver on a fresh folder and memory store and
+// creates the timeline tl on it.
+func startTimeline(t *testing.T) *harness {
+	t.Helper()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	if _, err := h.c.CreateTimeline(context.Background(), tl); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// writeBlocks writes blocks 0..n-1 of rel, block b holding byte b+1, at
+// W = w0+b.
+func writeBlocks(t *testing.T, be *psbackend.Backend, rel pg.RelTag, n uint32, w0 pg.LSN) {
+	t.Helper()
+	for blk := uint32(0); blk < n; blk++ {
+		if err := be.WritePage(context.Background(), rel.Page(blk), page(byte(blk+1)), w0+pg.LSN(blk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // countingStream counts the messages a client sends on a stream.
 type countingStream struct {
 	grpc.ServerStream
@@ -171,10 +193,7 @@ func page(b byte) []byte { return bytes.Repeat([]byte{b}, pg.BlockSize) }
 func waitingSync(t *testing.T) (*harness, *psbackend.Backend, chan error) {
 	t.Helper()
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
 	if err := be.CreateRel(ctx, rel, 100); err != nil {
@@ -280,11 +299,7 @@ func TestReopen(t *testing.T) {
 	if err := be.CreateRel(ctx, rel, 4); err != nil {
 		t.Fatal(err)
 	}
-	for blk := uint32(0); blk < 10; blk++ {
-		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(10+blk)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeBlocks(t, be, rel, 10, 10)
 	if err := be.Remove(ctx, "base/5", 30); err == nil {
 		t.Fatal("removed a folder holding a relation")
 	}
@@ -329,20 +344,13 @@ func TestReopen(t *testing.T) {
 // truncation orders after the writes it cuts.
 func TestWriteBuffer(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
 	if err := be.CreateRel(ctx, rel, 1); err != nil {
 		t.Fatal(err)
 	}
-	for blk := uint32(0); blk < 10; blk++ {
-		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(10+blk)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeBlocks(t, be, rel, 10, 10)
 	buf := make([]byte, pg.BlockSize)
 	if err := be.ReadPage(ctx, rel.Page(9), 0, buf); err != nil || !bytes.Equal(buf, page(10)) {
 		t.Fatalf("buffered page: %v, %d", err, buf[0])
@@ -390,10 +398,7 @@ func TestWriteBuffer(t *testing.T) {
 // the pageserver (its size version at 800 must not say 1).
 func TestBufferedSizeWithMixedW(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
 	if err := be.CreateRel(ctx, rel, 100); err != nil {
@@ -429,10 +434,7 @@ func TestBufferedSizeWithMixedW(t *testing.T) {
 // extends the fork restates its size, and a fresh Backend sees every page.
 func TestOverwritesRestateNoSize(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 4})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
 	if err := be.CreateRel(ctx, rel, 100); err != nil {
@@ -503,10 +505,7 @@ func TestOverwritesRestateNoSize(t *testing.T) {
 // create goes out after it.
 func TestCreateRelTravelsWithPages(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
 	empty := []pg.RelTag{{Spc: 1663, DB: 5, Rel: 16384}, {Spc: 1663, DB: 5, Rel: 16384, Fork: pg.FSMFork}, {Spc: 1663, DB: 5, Rel: 16390}}
 	full := pg.RelTag{Spc: 1663, DB: 5, Rel: 16387}
@@ -677,10 +676,7 @@ func TestCreateRelTravelsWithPages(t *testing.T) {
 // timeline holds every fork's final size and content.
 func TestConcurrentForks(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 16, ZeroBatch: 8})
 	var wmu sync.Mutex
 	var wpos pg.LSN = 10
@@ -769,20 +765,13 @@ func TestConcurrentForks(t *testing.T) {
 // a page past the end or of a missing fork fails alone.
 func TestReadPages(t *testing.T) {
 	ctx := context.Background()
-	h := start(t, t.TempDir(), objectstore.NewMemory())
-	if _, err := h.c.CreateTimeline(ctx, tl); err != nil {
-		t.Fatal(err)
-	}
+	h := startTimeline(t)
 	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
 	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
 	if err := be.CreateRel(ctx, rel, 100); err != nil {
 		t.Fatal(err)
 	}
-	for blk := uint32(0); blk < 5; blk++ {
-		if err := be.WritePage(ctx, rel.Page(blk), page(byte(blk+1)), pg.LSN(110+blk)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeBlocks(t, be, rel, 5, 110)
 	if err := be.Sync(ctx, 200); err != nil {
 		t.Fatal(err)
 	}
