@@ -86,9 +86,13 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 			}
 			defer store.Close()
 			log := logger()
-			log.Info().Str("matrix", m.Name).Int("runs", len(m.Schedule())).Str("db", dbPath).Msg("bench starting")
+			rev := benchRevision(args[0])
+			log.Info().Str("matrix", m.Name).Int("runs", len(m.Schedule())).Str("db", dbPath).Str("git", rev).Msg("bench starting")
+			if strings.HasSuffix(rev, "-stale") {
+				log.Warn().Str("git", rev).Msg("this strata binary is older than a source file of the checkout (its revision is not stamped in the binary: go build -buildvcs=true stamps it): the runs measure older code than the revision says; rebuild it (go build -o bin/strata ./cmd/strata)")
+			}
 			runs, err := runner.Execute(ctx, runner.Options{Matrix: m, Store: store, Log: log, Progress: os.Stderr,
-				GitRev: benchRevision(args[0]), Seed: seed})
+				GitRev: rev, Seed: seed})
 			if len(runs) > 0 {
 				full := make([]*results.Run, 0, len(runs))
 				for _, r := range runs {

@@ -174,6 +174,11 @@ func TestCollect(t *testing.T) {
 	if r.CPU.Cores < 1 || r.CPU.Busy <= 0 || r.CPU.Target <= 0 {
 		t.Errorf("cpu %+v", r.CPU)
 	}
+	// The UPDATEs ran in client backends, which the process titles tell
+	// from the postmaster and its helpers.
+	if k := r.CPU.PGKinds; k[PGBackends] <= 0 || k[PGBackends]+k[PGWalsenders]+k[PGBackground] > r.CPU.Target+1e-9 {
+		t.Errorf("postgres kinds %v, target %.2f%%", k, r.CPU.Target)
+	}
 	ws, err := WALDump(ctx, pgtest.BinDir, filepath.Join(srv.DataDir, "pg_wal"), r.StartLSN, r.EndLSN)
 	if err != nil {
 		t.Fatal(err)

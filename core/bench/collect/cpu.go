@@ -29,6 +29,15 @@ type CPU struct {
 	// whole machine each, like Target); the target's processes under no
 	// part's root are in Target only.
 	Parts map[string]float64
+	// PGKinds splits the Postgres processes of Target (those of the part
+	// "postgres", or all of comm "postgres" when no part names them) by
+	// their role, as their process title says: "backends" (client
+	// sessions), "walsenders" and "background" (the postmaster, the WAL
+	// writer, checkpointer, background writer, autovacuum and the other
+	// auxiliary processes, and backends that exited during the window,
+	// whose time the postmaster reaps). Nil when the target has no
+	// Postgres process.
+	PGKinds map[string]float64
 	// TopOther lists the busiest other processes.
 	TopOther []Proc
 }
@@ -47,6 +56,9 @@ type procStat struct {
 	ppid  int
 	comm  string
 	ticks uint64
+	// kind is a Postgres process's role (PGKind of its title); empty for
+	// other programs.
+	kind string
 }
 
 type cpuSnap struct {
@@ -89,6 +101,10 @@ func readCPU() cpuSnap {
 			continue
 		}
 		if p, ok := readProc(pid); ok {
+			if p.comm == "postgres" {
+				b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				p.kind = PGKind(string(b))
+			}
 			s.procs[pid] = p
 		}
 	}
@@ -118,6 +134,40 @@ func readProc(pid int) (procStat, bool) {
 		ticks += uint64(max(v, 0))
 	}
 	return procStat{ppid: ppid, comm: s[open+1 : close], ticks: ticks}, true
+}
+
+// Postgres process kinds (CPU.PGKinds).
+const (
+	PGBackends   = "backends"
+	PGWalsenders = "walsenders"
+	PGBackground = "background"
+)
+
+// PGKind is the role of a Postgres process with command line cmdline (its
+// process title: "postgres: walsender USER HOST STATE", "postgres:
+// checkpointer", "postgres: USER DB HOST STATE" for a client's backend,
+// each with "NAME: " after "postgres: " when cluster_name is set; the
+// postmaster keeps its own command line).
+func PGKind(cmdline string) string {
+	title, ok := strings.CutPrefix(strings.TrimRight(cmdline, "\x00"), "postgres: ")
+	if !ok {
+		return PGBackground // the postmaster: "/usr/lib/.../postgres\x00-D\x00..."
+	}
+	// Postgres 15 titles a cluster_name'd server "postgres: NAME: ROLE".
+	role := title
+	if i := strings.Index(title, ": "); i >= 0 && !strings.ContainsAny(title[:i], " ") {
+		role = title[i+2:]
+	}
+	if strings.HasPrefix(role, "walsender") {
+		return PGWalsenders
+	}
+	// A client's backend names its client third: "127.0.0.1(5432)",
+	// "host(port)" or "[local]"; auxiliary processes and background
+	// workers ("checkpointer", "autoprewarm leader") name none.
+	if f := strings.Fields(role); len(f) >= 3 && (f[2] == "[local]" || strings.HasSuffix(f[2], ")") && strings.Contains(f[2], "(")) {
+		return PGBackends
+	}
+	return PGBackground
 }
 
 // descends reports whether pid is one of roots or descends from one.
@@ -230,13 +280,20 @@ func cpuDelta(a, b cpuSnap, who Who) CPU {
 		switch {
 		case len(roots) > 0 && descends(b.procs, pid, roots):
 			out.Target += pct
-			if name, ok := nearest(b.procs, pid, partOf); ok {
+			name, ok := nearest(b.procs, pid, partOf)
+			if ok {
 				out.Parts[name] += pct
+			}
+			if p.kind != "" && (len(partOf) == 0 || name == "postgres") {
+				addKind(&out, p.kind, pct)
 			}
 		case descends(b.procs, pid, self):
 			out.Driver += pct
 		case len(roots) == 0 && slices.Contains(names, p.comm):
 			out.Target += pct
+			if p.kind != "" {
+				addKind(&out, p.kind, pct)
+			}
 		default:
 			out.Other += pct
 			others = append(others, Proc{PID: pid, Comm: p.comm, Pct: pct})
@@ -248,6 +305,13 @@ func cpuDelta(a, b cpuSnap, who Who) CPU {
 	}
 	out.TopOther = others
 	return out
+}
+
+func addKind(c *CPU, kind string, pct float64) {
+	if c.PGKinds == nil {
+		c.PGKinds = map[string]float64{PGBackends: 0, PGWalsenders: 0, PGBackground: 0}
+	}
+	c.PGKinds[kind] += pct
 }
 
 // TargetCPU measures, over d, the share of the machine (all cores = 100)

@@ -142,3 +142,60 @@ func TestCPUDeltaParts(t *testing.T) {
 		t.Fatalf("parts %v without Who.Parts", c.Parts)
 	}
 }
+
+// TestPGKind: Postgres 15's process titles, with and without a
+// cluster_name, name the process's role.
+func TestPGKind(t *testing.T) {
+	for title, want := range map[string]string{
+		"/usr/lib/postgresql/15/bin/postgres\x00-D\x00/data\x00":                                      PGBackground,
+		"postgres: strata-451706e3: walwriter \x00\x00\x00":                                           PGBackground,
+		"postgres: checkpointer ":                                                                     PGBackground,
+		"postgres: strata-1: autoprewarm leader ":                                                     PGBackground,
+		"postgres: logical replication launcher ":                                                     PGBackground,
+		"postgres: autovacuum worker strata_bench_tpcc_w4":                                            PGBackground,
+		"postgres: strata-451706e3: walsender strata_repl 127.0.0.1(34270) streaming 0/18D02690\x00": PGWalsenders,
+		"postgres: walsender postgres [local] streaming 0/3000148":                                    PGWalsenders,
+		"postgres: strata-451706e3: postgres strata_bench_tpcc_w4 127.0.0.1(34296) CHECKPOINT\x00":   PGBackends,
+		"postgres: postgres postgres [local] idle":                                                    PGBackends,
+		"postgres: bench tpcc db.example(40112) idle in transaction":                                  PGBackends,
+	} {
+		if got := PGKind(title); got != want {
+			t.Errorf("PGKind(%q) = %s, want %s", title, got, want)
+		}
+	}
+}
+
+// TestCPUDeltaPGKinds: the Postgres part's CPU splits by role; Postgres
+// processes outside that part (none here) and other programs do not count.
+func TestCPUDeltaPGKinds(t *testing.T) {
+	procs := func(agent, pm, backend, walsender, ckpt uint64) map[int]procStat {
+		return map[int]procStat{
+			10: {ppid: 1, comm: "strata", ticks: agent},
+			11: {ppid: 10, comm: "postgres", ticks: pm, kind: PGBackground},
+			12: {ppid: 11, comm: "postgres", ticks: backend, kind: PGBackends},
+			13: {ppid: 11, comm: "postgres", ticks: walsender, kind: PGWalsenders},
+			14: {ppid: 11, comm: "postgres", ticks: ckpt, kind: PGBackground},
+		}
+	}
+	a := cpuSnap{total: 1000, idle: 500, cores: 2, procs: procs(0, 0, 0, 0, 0)}
+	b := cpuSnap{total: 2000, idle: 1000, cores: 2, procs: procs(50, 20, 300, 70, 10)}
+	c := cpuDelta(a, b, Who{PIDs: []int{10}, Parts: map[string][]int{"agent": {10}, "postgres": {11}}})
+	want := map[string]float64{PGBackends: 30, PGWalsenders: 7, PGBackground: 3}
+	for k, v := range want {
+		if math.Abs(c.PGKinds[k]-v) > 1e-9 {
+			t.Fatalf("kinds %v, want %v", c.PGKinds, want)
+		}
+	}
+	if math.Abs(c.Parts["postgres"]-40) > 1e-9 {
+		t.Fatalf("postgres part %.2f%%, want the kinds' sum 40%%", c.Parts["postgres"])
+	}
+	// Known by name only (a URL target), the Postgres processes split too.
+	c = cpuDelta(a, b, Who{})
+	if math.Abs(c.PGKinds[PGWalsenders]-7) > 1e-9 || math.Abs(c.PGKinds[PGBackends]-30) > 1e-9 {
+		t.Fatalf("kinds by name %v", c.PGKinds)
+	}
+	// A target without Postgres has no split.
+	if c := cpuDelta(a, b, Who{PIDs: []int{10}, Parts: map[string][]int{"agent": {10}}}); c.PGKinds != nil {
+		t.Fatalf("kinds %v without a postgres part", c.PGKinds)
+	}
+}

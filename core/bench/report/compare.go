@@ -19,6 +19,11 @@ import (
 // for each part its target has.
 var CPUParts = []string{"postgres", "receivers", "safekeepers", "pageserver", "agent"}
 
+// PGKinds are the roles a target's Postgres CPU is split into
+// (collect.CPU.PGKinds), recorded as cpu_pg_<kind>_pct and per unit of
+// work like the parts.
+var PGKinds = []string{"backends", "walsenders", "background"}
+
 type compareRow struct {
 	name     string
 	get      func(r *results.Run) string
@@ -89,6 +94,9 @@ func cpuPartRows() []compareRow {
 		out = append(out, compareRow{"CPU " + p + " %", metric("cpu_"+p+"_pct", 1, "%.0f"), true})
 	}
 	withTarget := append([]string{"target"}, CPUParts...)
+	for _, k := range PGKinds {
+		withTarget = append(withTarget, "pg_"+k)
+	}
 	for _, p := range withTarget {
 		out = append(out, compareRow{"CPU ms/NO " + p, metric("cpu_"+p+"_ms_per_new_order", 1, "%.2f"), true})
 	}

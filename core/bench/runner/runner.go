@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -777,7 +778,9 @@ func MachineInfo() map[string]string {
 // GitRevision returns the revision of the code being measured: the VCS
 // revision stamped into this binary by `go build` (short, with "-dirty" when
 // it was built from a modified tree), else `git rev-parse --short HEAD` in
-// dir, else "unknown".
+// dir (with "-dirty" for a modified tree, and "-stale" when this binary is
+// older than a source file of that checkout: it was not built from what
+// the revision names), else "unknown".
 func GitRevision(dir string) string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		rev, dirty := "", false
@@ -807,7 +810,42 @@ func GitRevision(dir string) string {
 	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 		rev += "-dirty"
 	}
+	if exe, err := os.Executable(); err == nil {
+		if fi, err := os.Stat(exe); err == nil {
+			if _, _, stale := NewerSource(dir, fi.ModTime()); stale {
+				rev += "-stale"
+			}
+		}
+	}
 	return rev
+}
+
+// NewerSource reports the newest Go source file (or go.mod, go.sum) that
+// git tracks in dir's checkout, and whether it changed after built (a
+// binary built at built does not hold it).
+func NewerSource(dir string, built time.Time) (path string, mod time.Time, newer bool) {
+	top, err := exec.Command("git", "-C", dir, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	root := strings.TrimSpace(string(top))
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--", "*.go", "go.mod", "go.sum").Output()
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	for _, f := range strings.Split(string(out), "\x00") {
+		if f == "" {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(root, f))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		if fi.ModTime().After(mod) {
+			path, mod = f, fi.ModTime()
+		}
+	}
+	return path, mod, mod.After(built)
 }
 
 // SortedKeys returns m's keys sorted.
@@ -820,8 +858,9 @@ func SortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// cpuParts records the target's CPU by part (cpu_<part>_pct) and, for the
-// target and each part, its CPU per unit of work in core time: ms per
+// cpuParts records the target's CPU by part (cpu_<part>_pct), its
+// Postgres processes' CPU by role (cpu_pg_backends_pct, cpu_pg_walsenders_pct,
+// cpu_pg_background_pct) and, for the target, each part and each role, its CPU per unit of work in core time: ms per
 // New-Order (TPROC-C) or us per transaction (pgbench). The per-unit
 // figure compares parts across targets whatever their throughput: a
 // safekeeper against a pg_receivewal, Postgres on strata against Postgres
@@ -839,6 +878,10 @@ func cpuParts(res *results.Run, c *collect.Result) {
 	for name, pct := range c.CPU.Parts {
 		res.Metrics["cpu_"+name+"_pct"] = pct
 		perUnit(name, pct)
+	}
+	for kind, pct := range c.CPU.PGKinds {
+		res.Metrics["cpu_pg_"+kind+"_pct"] = pct
+		perUnit("pg_"+kind, pct)
 	}
 }
 

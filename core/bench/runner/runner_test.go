@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"math"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -322,5 +324,55 @@ duration: 1s
 	closeA, startB := strings.Index(got, "close a"), strings.Index(got, "start b")
 	if closeA < 0 || startB < 0 || closeA > startB || strings.Count(got, "close a") != 1 || strings.Count(got, "close b") != 1 {
 		t.Fatalf("events %q: want a closed once, before b starts, and b closed once", got)
+	}
+}
+
+// TestNewerSource: a binary built before a tracked Go file last changed is
+// told apart from one built after; untracked files do not count.
+func TestNewerSource(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	if err := os.MkdirAll(filepath.Join(dir, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, f := range []string{"go.mod", "pkg/a.go", "pkg/b.go"} {
+		p := filepath.Join(dir, f)
+		if err := os.WriteFile(p, []byte("package pkg\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("add", ".")
+	// An untracked file changed now does not make a binary stale.
+	if err := os.WriteFile(filepath.Join(dir, "pkg", "scratch.go"), []byte("package pkg\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built := time.Now().Add(-30 * time.Minute)
+	if p, _, newer := NewerSource(filepath.Join(dir, "pkg"), built); newer {
+		t.Fatalf("binary built after every tracked file reported stale (newest %s)", p)
+	}
+	// A tracked file edited after the build does.
+	now := time.Now()
+	if err := os.Chtimes(filepath.Join(dir, "pkg", "b.go"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	p, mod, newer := NewerSource(dir, built)
+	if !newer || p != "pkg/b.go" || mod.Sub(now).Abs() > time.Second {
+		t.Fatalf("NewerSource = %s %v %v, want pkg/b.go changed at %v", p, mod, newer, now)
+	}
+	// Outside a checkout: nothing to compare.
+	if _, _, newer := NewerSource(t.TempDir(), built); newer {
+		t.Fatal("stale outside a checkout")
 	}
 }
