@@ -77,7 +77,8 @@ func newWALFetchCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&o.Safekeepers, "safekeepers", nil, "gRPC addresses of safekeepers, tried in order")
+	cmd.Flags().StringSliceVar(&o.Safekeepers, "safekeepers", nil, "gRPC addresses of safekeepers, tried in order (list the whole group: the last segment is read up to its highest flush LSN, as that WAL is known committed)")
+	cmd.Flags().DurationVar(&o.TailWait, "tail-wait", safekeeper.DefaultTailWait, "at most this long for the last segment's WAL past a safekeeper's commit LSN to be known committed")
 	cmd.Flags().StringVar(&archiveDir, "archive-dir", "", "read the archive from an fs object store at this folder instead of the config's objectstore")
 	cmd.Flags().BoolVar(&noArchive, "no-archive", false, "ask the safekeepers only")
 	cmd.Flags().StringVar(&o.Prefix, "archive-prefix", "wal", "object key prefix of archived WAL")

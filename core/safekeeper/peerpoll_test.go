@@ -1,6 +1,7 @@
 package safekeeper
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
 	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -133,4 +135,46 @@ func TestPeerPollFollowsReaders(t *testing.T) {
 	testpg.WaitFor(t, 10*time.Second, "the reader at Postgres' flush LSN", func() bool { return pg.LSN(got.Load()) >= end })
 	t.Logf("peer poll rounds in %s: %v without a reader, %v with one; the reader reached %s %s after it was Postgres' flush LSN",
 		window, idle, busy, end, time.Since(start).Round(time.Millisecond))
+}
+
+// TestFetchTailPastTrailingCommit: with no reader waiting for committed WAL
+// a safekeeper's own commit LSN trails the quorum by up to a poll interval;
+// wal fetch of the last segment still returns every acknowledged commit, at
+// once (it asks for committed WAL up to the group's flush LSN, which wakes
+// the safekeeper's peer poll).
+func TestFetchTailPastTrailingCommit(t *testing.T) {
+	c := startCluster(t)
+	waitSync(t, c.srv, 3)
+	c.srv.Exec("postgres", "CREATE TABLE load (id serial PRIMARY KEY, v text)")
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		c.srv.Exec("postgres", "INSERT INTO load (v) SELECT 'x' FROM generate_series(1, 10)")
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The last commit is acknowledged: on two safekeepers at least.
+	c.srv.Exec("postgres", "INSERT INTO load (v) VALUES ('last')")
+	end := testpg.FlushLSN(t, c.srv)
+	own := c.nodes[0].CommitLSN()
+	var addrs []string
+	for _, cfg := range c.cfgs {
+		addrs = append(addrs, cfg.ListenAddr)
+	}
+	const seg = pg.WALSegmentSize
+	segStart := pg.LSN(uint64(end-1) / seg * seg)
+	name := walstore.SegmentName(1, uint64(segStart)/seg, seg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var buf bytes.Buffer
+	start := time.Now()
+	if err := FetchSegment(ctx, FetchOptions{Safekeepers: addrs}, name, &buf); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if buf.Len() != seg {
+		t.Fatalf("fetched %d bytes, want a whole segment", buf.Len())
+	}
+	testpg.CompareBytes(t, c.srv, segStart, buf.Bytes()[:end-segStart], "fetched tail up to the last acknowledged commit")
+	if took >= DefaultTailWait {
+		t.Errorf("the fetch took %s: it waited out its tail wait", took)
+	}
+	t.Logf("last commit at %s; the first safekeeper's own commit LSN was %s; fetched through it in %s", end, own, took.Round(time.Millisecond))
 }

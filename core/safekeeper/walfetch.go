@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/core/safekeeper/server"
@@ -29,15 +31,32 @@ type FetchOptions struct {
 	SystemID uint64
 	// SegmentSize defaults to 16 MiB.
 	SegmentSize uint64
+	// TailWait bounds the wait for the last, partial segment's WAL to be
+	// known committed (default DefaultTailWait; see FetchSegment).
+	TailWait time.Duration
 }
+
+// DefaultTailWait is FetchOptions.TailWait's default.
+const DefaultTailWait = 3 * time.Second
 
 // FetchSegment writes WAL segment name (a pg_wal file name) to w: from the
 // first safekeeper that holds it, WAL up to the commit LSN (never WAL that
 // is not on a quorum), else from the archive. A segment that ends past the
 // available WAL is padded with zeros, which Postgres reads as the end of WAL.
+//
+// A safekeeper learns the commit LSN from its peers, once a second while
+// nobody waits for it (writeback mode), so its own figure can trail WAL
+// that a quorum already holds. For a segment that reaches past it, the
+// fetch asks for committed WAL up to the highest flush LSN of the listed
+// safekeepers, which makes the safekeeper poll its peers at once; it takes
+// what is committed when that WAL arrives or TailWait ends (WAL beyond a
+// quorum never arrives: the safekeepers that have it were not acknowledged).
 func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer) error {
 	if o.SegmentSize == 0 {
 		o.SegmentSize = pg.WALSegmentSize
+	}
+	if o.TailWait <= 0 {
+		o.TailWait = DefaultTailWait
 	}
 	_, no, err := walstore.ParseSegmentName(name, o.SegmentSize)
 	if err != nil {
@@ -47,8 +66,9 @@ func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer)
 	segEnd := segStart + pg.LSN(o.SegmentSize)
 	var errs []error
 	sysID := o.SystemID
+	maxFlush := highestFlush(ctx, o.Safekeepers)
 	for _, addr := range o.Safekeepers {
-		data, id, err := fetchFromSafekeeper(ctx, addr, segStart, segEnd)
+		data, id, err := fetchFromSafekeeper(ctx, addr, segStart, segEnd, maxFlush, o.TailWait)
 		if sysID == 0 {
 			sysID = id
 		}
@@ -79,7 +99,43 @@ func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer)
 	return fmt.Errorf("%w: %s: %w", ErrSegmentNotFound, name, errors.Join(errs...))
 }
 
-func fetchFromSafekeeper(ctx context.Context, addr string, from, to pg.LSN) ([]byte, uint64, error) {
+// highestFlush is the highest flush LSN that the safekeepers at addrs
+// report (0 when none answers).
+func highestFlush(ctx context.Context, addrs []string) pg.LSN {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		best pg.LSN
+		wg   sync.WaitGroup
+	)
+	for _, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := server.Dial(a)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			best = max(best, st.FlushLSN)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return best
+}
+
+// fetchFromSafekeeper reads committed WAL in [from, to) from the safekeeper
+// at addr: up to its commit LSN at once, and past it, up to flush (the
+// group's highest flush LSN) as the commit LSN reaches it, for at most
+// wait.
+func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LSN, wait time.Duration) ([]byte, uint64, error) {
 	c, err := server.Dial(addr)
 	if err != nil {
 		return nil, 0, err
@@ -89,14 +145,31 @@ func fetchFromSafekeeper(ctx context.Context, addr string, from, to pg.LSN) ([]b
 	if err != nil {
 		return nil, 0, err
 	}
-	end := min(to, st.CommitLSN)
-	if st.StartLSN > from || end <= from {
+	if st.StartLSN > from || from >= to {
 		return nil, st.SystemID, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
 	}
 	data := make([]byte, 0, to-from)
-	err = c.ReadWAL(ctx, from, end, server.BoundFlush, func(_ pg.LSN, d []byte) error {
+	keep := func(_ pg.LSN, d []byte) error {
 		data = append(data, d...)
 		return nil
-	})
-	return data, st.SystemID, err
+	}
+	if end := min(to, st.CommitLSN); end > from {
+		if err := c.ReadWAL(ctx, from, end, server.BoundFlush, keep); err != nil {
+			return nil, st.SystemID, err
+		}
+	}
+	if tail := min(to, max(flush, st.FlushLSN)); tail > from+pg.LSN(len(data)) {
+		tctx, cancel := context.WithTimeout(ctx, wait)
+		err := c.ReadWAL(tctx, from+pg.LSN(len(data)), tail, server.BoundCommit, keep)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil, st.SystemID, ctx.Err()
+		}
+		// Past the wait (or on a broken stream), what arrived is committed
+		// WAL: keep it.
+	}
+	if len(data) == 0 {
+		return nil, st.SystemID, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
+	}
+	return data, st.SystemID, nil
 }

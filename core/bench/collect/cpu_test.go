@@ -147,17 +147,17 @@ func TestCPUDeltaParts(t *testing.T) {
 // cluster_name, name the process's role.
 func TestPGKind(t *testing.T) {
 	for title, want := range map[string]string{
-		"/usr/lib/postgresql/15/bin/postgres\x00-D\x00/data\x00":                                      PGBackground,
-		"postgres: strata-451706e3: walwriter \x00\x00\x00":                                           PGBackground,
-		"postgres: checkpointer ":                                                                     PGBackground,
-		"postgres: strata-1: autoprewarm leader ":                                                     PGBackground,
-		"postgres: logical replication launcher ":                                                     PGBackground,
-		"postgres: autovacuum worker strata_bench_tpcc_w4":                                            PGBackground,
+		"/usr/lib/postgresql/15/bin/postgres\x00-D\x00/data\x00":                                     PGBackground,
+		"postgres: strata-451706e3: walwriter \x00\x00\x00":                                          PGBackground,
+		"postgres: checkpointer ":                                                                    PGBackground,
+		"postgres: strata-1: autoprewarm leader ":                                                    PGBackground,
+		"postgres: logical replication launcher ":                                                    PGBackground,
+		"postgres: autovacuum worker strata_bench_tpcc_w4":                                           PGBackground,
 		"postgres: strata-451706e3: walsender strata_repl 127.0.0.1(34270) streaming 0/18D02690\x00": PGWalsenders,
-		"postgres: walsender postgres [local] streaming 0/3000148":                                    PGWalsenders,
+		"postgres: walsender postgres [local] streaming 0/3000148":                                   PGWalsenders,
 		"postgres: strata-451706e3: postgres strata_bench_tpcc_w4 127.0.0.1(34296) CHECKPOINT\x00":   PGBackends,
-		"postgres: postgres postgres [local] idle":                                                    PGBackends,
-		"postgres: bench tpcc db.example(40112) idle in transaction":                                  PGBackends,
+		"postgres: postgres postgres [local] idle":                                                   PGBackends,
+		"postgres: bench tpcc db.example(40112) idle in transaction":                                 PGBackends,
 	} {
 		if got := PGKind(title); got != want {
 			t.Errorf("PGKind(%q) = %s, want %s", title, got, want)
