@@ -16,7 +16,6 @@
 package archive
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +60,7 @@ type Archiver struct {
 
 	waiting map[uint64]time.Time // segments other members own, missing from the store since
 	inStore map[uint64]bool      // segments past a gap known to be in the store
+	buf     []byte               // read buffer (read)
 }
 
 // New returns an archiver of st.
@@ -138,12 +138,8 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 	}
 	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && now.Sub(a.lastChange) >= quiet {
 		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
-		data, err := a.read(archived, limit)
-		if err != nil {
-			return archived, err
-		}
-		if err := a.o.Store.Put(ctx, Key(a.o.Prefix, ctl.SystemID, name, true), bytes.NewReader(data),
-			objectstore.PutOptions{Size: int64(len(data))}); err != nil {
+		if err := a.o.Store.Put(ctx, Key(a.o.Prefix, ctl.SystemID, name, true), a.read(archived, limit),
+			objectstore.PutOptions{Size: int64(limit - archived)}); err != nil {
 			return archived, fmt.Errorf("archive: upload %s.partial: %w", name, err)
 		}
 		a.partialDone = limit
@@ -184,11 +180,7 @@ func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN) 
 		a.o.Logger.Info().Str("segment", name).Dur("waited", a.o.Now().Sub(since)).
 			Msg("archive: the segment's owner did not upload it; uploading it here")
 	}
-	data, err := a.read(p, p+pg.LSN(seg))
-	if err != nil {
-		return false, err
-	}
-	err = a.o.Store.Put(ctx, key, bytes.NewReader(data), objectstore.PutOptions{IfNotExists: true, Size: int64(len(data))})
+	err = a.o.Store.Put(ctx, key, a.read(p, p+pg.LSN(seg)), objectstore.PutOptions{IfNotExists: true, Size: int64(seg)})
 	if err != nil && !errors.Is(err, objectstore.ErrExists) {
 		return false, fmt.Errorf("archive: upload %s: %w", name, err)
 	}
@@ -222,20 +214,63 @@ func (a *Archiver) stored(ctx context.Context, key string, size int64) (bool, er
 	return true, nil
 }
 
-func (a *Archiver) read(from, to pg.LSN) ([]byte, error) {
-	out := make([]byte, 0, to-from)
-	for p := from; p < to; {
-		b, err := a.st.Read(p, int(to-p))
+func (a *Archiver) read(from, to pg.LSN) io.Reader {
+	if a.buf == nil {
+		a.buf = make([]byte, readChunk)
+	}
+	return &walReader{st: a.st, pos: from, to: to, buf: a.buf}
+}
+
+// readChunk is the archiver's read size: one buffer of it, reused, rather
+// than a 16 MiB allocation (and its zeroing) per segment.
+const readChunk = 1 << 20
+
+// walReader reads verified WAL in [pos, to) from a store, a chunk at a
+// time into buf.
+type walReader struct {
+	st      *walstore.Store
+	pos, to pg.LSN
+	buf     []byte
+	chunk   []byte // read, not yet returned
+}
+
+func (r *walReader) Read(p []byte) (int, error) {
+	if len(r.chunk) == 0 {
+		if r.pos >= r.to {
+			return 0, io.EOF
+		}
+		var err error
+		if r.chunk, err = r.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, r.chunk)
+	r.chunk = r.chunk[n:]
+	return n, nil
+}
+
+// next reads the next chunk: into buf from a block start, else (after a
+// short read that ended inside a block) a fresh slice.
+func (r *walReader) next() ([]byte, error) {
+	var b []byte
+	if r.pos%walstore.BlockSize == 0 {
+		n, err := r.st.ReadInto(r.pos, r.buf)
 		if err != nil {
 			return nil, err
 		}
-		if len(b) == 0 {
-			return nil, fmt.Errorf("archive: no WAL at %s", p)
+		b = r.buf[:n]
+	} else {
+		var err error
+		if b, err = r.st.Read(r.pos, int(r.to-r.pos)); err != nil {
+			return nil, err
 		}
-		out = append(out, b...)
-		p += pg.LSN(len(b))
 	}
-	return out, nil
+	if len(b) == 0 {
+		return nil, fmt.Errorf("archive: no WAL at %s", r.pos)
+	}
+	b = b[:min(len(b), int(r.to-r.pos))]
+	r.pos += pg.LSN(len(b))
+	return b, nil
 }
 
 // Fetch writes segment segName (full, or else the partial copy padded with

@@ -3,8 +3,11 @@ package archive
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -133,6 +136,114 @@ func TestGroupUploadsEachSegmentOnce(t *testing.T) {
 		}
 		if !bytes.Equal(buf.Bytes(), wal[p-start:p-start+seg]) {
 			t.Fatalf("archived %s differs from the WAL", name)
+		}
+	}
+}
+
+// TestPartialUpToCommit: the partial last segment is uploaded up to the
+// commit LSN, which may end inside a block below the flush LSN; a full
+// segment with a corrupt block fails its upload and leaves no object.
+func TestPartialUpToCommit(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(2 * seg)
+	wal := make([]byte, 2*seg+5*walstore.BlockSize+300)
+	rand.New(rand.NewSource(2)).Read(wal)
+	st := group(t, 1, start, wal)[0]
+	store := objectstore.NewMemory()
+	now := time.Unix(1000, 0)
+	a := New(Options{Store: store, Prefix: "wal", PartialAfter: time.Second, Logger: zerolog.Nop(),
+		Now: func() time.Time { return now }}, st)
+	commit := start + 2*seg + 3*walstore.BlockSize + 77
+	for i := 0; i < 2; i++ {
+		got, err := a.Step(ctx, commit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != start+2*seg {
+			t.Fatalf("archived %s, want %s", got, start+2*seg)
+		}
+		now = now.Add(2 * time.Second)
+	}
+	var buf bytes.Buffer
+	name := walstore.SegmentName(1, uint64(start+2*seg)/seg, seg)
+	if err := Fetch(ctx, store, "wal", 7, name, seg, &buf); err != nil {
+		t.Fatal(err)
+	}
+	n := int(commit - start - 2*seg)
+	if !bytes.Equal(buf.Bytes()[:n], wal[2*seg:2*seg+n]) || !bytes.Equal(buf.Bytes()[n:], make([]byte, seg-n)) {
+		t.Fatalf("partial segment: not the WAL up to the commit LSN %s, then zeros", commit)
+	}
+	for p := start; p < start+2*seg; p += seg {
+		buf.Reset()
+		if err := Fetch(ctx, store, "wal", 7, walstore.SegmentName(1, uint64(p)/seg, seg), seg, &buf); err != nil || !bytes.Equal(buf.Bytes(), wal[p-start:p-start+seg]) {
+			t.Fatalf("segment at %s: %v, or bytes that differ from the WAL", p, err)
+		}
+	}
+
+	// Another member, whose copy of the first segment has a corrupt block.
+	bad := group(t, 1, start, wal)[0]
+	f, err := os.OpenFile(filepath.Join(bad.WALDir(), walstore.SegmentName(1, uint64(start)/seg, seg)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{^wal[seg-10]}, seg-10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	empty := objectstore.NewMemory()
+	b := New(Options{Store: empty, Prefix: "wal", Logger: zerolog.Nop()}, bad)
+	if got, err := b.Step(ctx, commit); !errors.Is(err, walstore.ErrCorrupt) || got != start {
+		t.Fatalf("archiving a corrupt segment: archived %s, %v; want %s and ErrCorrupt", got, err, start)
+	}
+	if _, err := empty.Stat(ctx, Key("wal", 7, walstore.SegmentName(1, uint64(start)/seg, seg), false)); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("the corrupt segment's object: %v, want none", err)
+	}
+}
+
+// discardStore takes every Put into io.Discard: the archiver's own cost.
+type discardStore struct{ objectstore.Store }
+
+func (discardStore) Put(_ context.Context, _ string, r io.Reader, _ objectstore.PutOptions) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+
+func (discardStore) Stat(context.Context, string) (objectstore.ObjectInfo, error) {
+	return objectstore.ObjectInfo{}, objectstore.ErrNotFound
+}
+
+func (discardStore) Delete(context.Context, string) error { return nil }
+
+// BenchmarkArchiveSegment: reading and sending one 16 MiB segment (the
+// store reads it back from the page cache and checks its checksums).
+func BenchmarkArchiveSegment(b *testing.B) {
+	const segSize = pg.WALSegmentSize
+	st, err := walstore.Open(walstore.Options{Dir: b.TempDir(), NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const start = pg.LSN(segSize)
+	if err := st.Init(start, 7, 1); err != nil {
+		b.Fatal(err)
+	}
+	wal := make([]byte, 2*segSize)
+	rand.New(rand.NewSource(1)).Read(wal)
+	if err := st.Write(start, wal); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	a := New(Options{Store: discardStore{}, Logger: zerolog.Nop()}, st)
+	ctl := st.Control()
+	b.SetBytes(segSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a.inStore = map[uint64]bool{}
+		if _, err := a.segment(context.Background(), ctl, start+pg.LSN(i%2)*segSize); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -691,6 +691,25 @@ func (s *Store) updateControlLocked(fn func(*Control)) error {
 // with ErrCorrupt when a block does not match its checksum. The caller owns
 // the returned slice.
 func (s *Store) Read(from pg.LSN, limit int) ([]byte, error) {
+	return s.read(from, limit, func(n int) []byte { return make([]byte, n) })
+}
+
+// ReadInto is Read into buf, for readers of long runs of WAL (the
+// archiver) that reuse one buffer instead of allocating each read's: it
+// returns how many bytes of buf it filled. from must start a block and
+// len(buf) must be a whole number of blocks (what it reads covers whole
+// blocks, for their checksums).
+func (s *Store) ReadInto(from pg.LSN, buf []byte) (int, error) {
+	if from%BlockSize != 0 || len(buf) == 0 || len(buf)%BlockSize != 0 {
+		return 0, fmt.Errorf("walstore: ReadInto at %s into %d bytes: want a block start and whole blocks", from, len(buf))
+	}
+	b, err := s.read(from, len(buf), func(n int) []byte { return buf[:n] })
+	return len(b), err
+}
+
+// read is Read with the block buffer from alloc (n bytes: the whole blocks
+// that hold the range, the last one up to its written length).
+func (s *Store) read(from pg.LSN, limit int, alloc func(n int) []byte) ([]byte, error) {
 	s.rw.RLock()
 	defer s.rw.RUnlock()
 	s.mu.Lock()
@@ -732,7 +751,7 @@ func (s *Store) Read(from pg.LSN, limit int) ([]byte, error) {
 	}
 
 	last := ents[nblk-1]
-	buf := make([]byte, (nblk-1)*BlockSize+int(last.n))
+	buf := alloc((nblk-1)*BlockSize + int(last.n))
 	for try := 0; ; try++ {
 		_, err := data.ReadAt(buf, int64(uint64(blk0)%s.segSize))
 		if err == nil {

@@ -284,3 +284,67 @@ func TestCrashDuringTruncate(t *testing.T) {
 		t.Fatalf("second reopen: flush %s, want %s", s3.FlushLSN(), cut)
 	}
 }
+
+// TestReadInto: reads into a caller's buffer give Read's bytes, stop at the
+// flush LSN (inside a block) and at the segment's end, and refuse a start
+// inside a block or a buffer of part of a block; a corrupt block fails
+// them like Read.
+func TestReadInto(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	const start = pg.LSN(testSeg)
+	if err := s.Init(start, 7, 1); err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(rand.New(rand.NewSource(3)), testSeg+5*BlockSize+100) // into the next segment, ending inside a block
+	if err := s.Write(start, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	end := start + pg.LSN(len(data))
+	buf := make([]byte, 3*BlockSize)
+	var got []byte
+	for p := start; p < end; {
+		n, err := s.ReadInto(p, buf)
+		if err != nil {
+			t.Fatalf("ReadInto %s: %v", p, err)
+		}
+		if n == 0 || n > len(buf) {
+			t.Fatalf("ReadInto %s: %d bytes into %d", p, n, len(buf))
+		}
+		if (p+pg.LSN(n))%testSeg != 0 && p+pg.LSN(n) != end && n != len(buf) {
+			t.Fatalf("ReadInto %s: short read of %d bytes, neither at the segment's end nor the flush LSN", p, n)
+		}
+		got = append(got, buf[:n]...)
+		p += pg.LSN(n)
+	}
+	if !bytes.Equal(got, data) || !bytes.Equal(got, readAll(t, s, start, end)) {
+		t.Fatal("ReadInto's bytes differ from what was written or from Read's")
+	}
+	if n, err := s.ReadInto(end-end%BlockSize, buf); err != nil || n != int(end%BlockSize) {
+		t.Fatalf("ReadInto of the last, partial block: %d bytes, %v; want %d", n, err, end%BlockSize)
+	}
+	if _, err := s.ReadInto(start+10, buf); err == nil {
+		t.Fatal("ReadInto from inside a block succeeded")
+	}
+	if _, err := s.ReadInto(start, buf[:BlockSize+1]); err == nil {
+		t.Fatal("ReadInto into part of a block succeeded")
+	}
+	if _, err := s.ReadInto(start-BlockSize, buf); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("ReadInto below the start LSN: %v", err)
+	}
+	// A block whose bytes changed on disk fails like Read.
+	f, err := os.OpenFile(filepath.Join(dir, "pg_wal", SegmentName(1, 1, testSeg)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{^data[BlockSize+1]}, BlockSize+1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := s.ReadInto(start, buf); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadInto over a corrupt block: %v", err)
+	}
+}
