@@ -16,6 +16,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/sklink"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -40,6 +41,11 @@ type Status struct {
 	Procs       []ProcStatus
 	// Safekeepers as they report themselves: term, flush and commit LSN.
 	Safekeepers []SafekeeperStatus
+	// GroupCommitLSN is the commit LSN that the safekeepers' reports
+	// prove (sklink.Quorum: a majority's flush LSN in the highest term, or
+	// the highest commit LSN one reports), as the pageserver computes it;
+	// each safekeeper's own figure can trail it by its idle peer poll.
+	GroupCommitLSN pg.LSN
 	// Pageserver: the timeline's LSNs (zero when it does not answer).
 	Timeline          string
 	PageserverLast    pg.LSN // last record
@@ -60,6 +66,7 @@ type Status struct {
 type SafekeeperStatus struct {
 	Name                string
 	Term                uint64
+	Accepted            bool // it applied its term's Accept
 	FlushLSN, CommitLSN pg.LSN
 	Err                 string
 }
@@ -137,12 +144,13 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			if r, err := cl.Status(qctx); err != nil {
 				ss.Err = rpcReason(err)
 			} else {
-				ss.Term, ss.FlushLSN, ss.CommitLSN = r.Term, r.FlushLSN, r.CommitLSN
+				ss.Term, ss.Accepted, ss.FlushLSN, ss.CommitLSN = r.Term, r.Accepted, r.FlushLSN, r.CommitLSN
 			}
 			cl.Close()
 		}
 		s.Safekeepers = append(s.Safekeepers, ss)
 	}
+	s.GroupCommitLSN = groupCommit(s.Safekeepers)
 	s.Timeline = st.Timeline
 	if tl, err := pg.ParseTimelineID(st.Timeline); err == nil && st.Pageserver != "" {
 		if cl, err := client.Dial(st.Pageserver); err == nil {
@@ -179,12 +187,15 @@ func (s *Status) Print(w io.Writer) {
 	if s.Timeline != "" {
 		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff)
 	}
+	if len(s.Safekeepers) > 0 {
+		fmt.Fprintf(w, "safekeepers  commit %s (a majority's flush)  commit_lag %d B\n", s.GroupCommitLSN, lagBytes(s.CurrentLSN, s.GroupCommitLSN))
+	}
 	for _, k := range s.Safekeepers {
 		if k.Err != "" {
 			fmt.Fprintf(w, "safekeeper %s  unreachable: %s\n", k.Name, k.Err)
 			continue
 		}
-		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  commit %s  commit_lag %d B\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN, lagBytes(s.CurrentLSN, k.CommitLSN))
+		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  own commit %s\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN)
 	}
 	s.printDisk(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -197,6 +208,15 @@ func (s *Status) Print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%v\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.PID, p.Alive, dash(p.State), dash(p.SyncState), wl, fl, lag)
 	}
 	tw.Flush()
+}
+
+// groupCommit is sklink.Quorum of the safekeepers that answered.
+func groupCommit(sks []SafekeeperStatus) pg.LSN {
+	peers := make([]sklink.Peer, 0, len(sks))
+	for _, k := range sks {
+		peers = append(peers, sklink.Peer{Addr: k.Name, Up: k.Err == "", Term: k.Term, Accepted: k.Accepted, Flush: k.FlushLSN, Commit: k.CommitLSN})
+	}
+	return sklink.Quorum(peers, len(sks))
 }
 
 // NotRunning names the processes of the cluster that are not alive (none:

@@ -71,3 +71,29 @@ func TestRPCReason(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusGroupCommit: the group's commit LSN is a majority's flush LSN
+// in the highest term, ahead of each safekeeper's own (polled) figure;
+// an unreachable safekeeper does not count, and without a majority the
+// highest own figure stands.
+func TestStatusGroupCommit(t *testing.T) {
+	s := &Status{CurrentLSN: 5000, Safekeepers: []SafekeeperStatus{
+		{Name: "sk1", Term: 3, Accepted: true, FlushLSN: 5000, CommitLSN: 3000},
+		{Name: "sk2", Term: 3, Accepted: true, FlushLSN: 4800, CommitLSN: 3100},
+		{Name: "sk3", Term: 2, Accepted: true, FlushLSN: 4900, CommitLSN: 2000}, // an older term
+	}}
+	if got := groupCommit(s.Safekeepers); got != 4800 {
+		t.Fatalf("group commit %d, want 4800 (sk1 and sk2 flushed it in term 3)", got)
+	}
+	s.GroupCommitLSN = groupCommit(s.Safekeepers)
+	var b strings.Builder
+	s.Print(&b)
+	if !strings.Contains(b.String(), "safekeepers  commit 0/12C0 (a majority's flush)  commit_lag 200 B") ||
+		!strings.Contains(b.String(), "safekeeper sk1  term 3  flush 0/1388  own commit 0/BB8") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
+	if got := groupCommit(s.Safekeepers); got != 3000 {
+		t.Fatalf("group commit %d with one of two term-3 members down, want sk1's own 3000", got)
+	}
+}
