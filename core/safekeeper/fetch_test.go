@@ -3,6 +3,7 @@ package safekeeper
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -83,4 +84,53 @@ func TestFetchFromPeerThatWasDown(t *testing.T) {
 	if !bytes.Equal(copied, data) {
 		t.Fatalf("copied %d bytes that differ from the peer's %d", len(copied), len(data))
 	}
+}
+
+// TestFetchTailNeverCommitted: WAL that a safekeeper holds but no quorum
+// does (its only peer is down) is never served; the fetch waits TailWait
+// for it and then reports the segment missing.
+func TestFetchTailNeverCommitted(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
+	down := fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t))
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.ListenAddr, cfg.Peers = "sk1", dir, addr, []string{down}
+	cfg.Postgres = "postgres://nobody@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1"
+	n, err := New(cfg, Deps{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	const start = pg.LSN(16 << 20)
+	if err := n.Store().Init(start, 42, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Store().Write(start, bytes.Repeat([]byte("uncommitted "), 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Store().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); n.Run(ctx) }()
+	if c := n.CommitLSN(); c > start {
+		t.Fatalf("commit LSN %s past the start with the only peer down", c)
+	}
+	const wait = 400 * time.Millisecond
+	t0 := time.Now()
+	var buf bytes.Buffer
+	err = FetchSegment(ctx, FetchOptions{Safekeepers: []string{addr}, TailWait: wait}, "000000010000000000000001", &buf)
+	took := time.Since(t0)
+	if !errors.Is(err, ErrSegmentNotFound) || buf.Len() != 0 {
+		t.Fatalf("fetch of WAL no quorum holds: %d bytes, %v; want none and ErrSegmentNotFound", buf.Len(), err)
+	}
+	if took < wait || took > wait+5*time.Second {
+		t.Fatalf("the fetch took %s, want its tail wait %s and little more", took, wait)
+	}
+	t.Logf("refused after %s: %v", took.Round(time.Millisecond), err)
 }

@@ -161,12 +161,21 @@ func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LS
 	if tail := min(to, max(flush, st.FlushLSN)); tail > from+pg.LSN(len(data)) {
 		tctx, cancel := context.WithTimeout(ctx, wait)
 		err := c.ReadWAL(tctx, from+pg.LSN(len(data)), tail, server.BoundCommit, keep)
+		expired := tctx.Err() != nil
 		cancel()
-		if err != nil && ctx.Err() != nil {
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
 			return nil, st.SystemID, ctx.Err()
+		case expired:
+			// What arrived within the wait is committed WAL; the rest is
+			// not known committed (yet): the next call may get more.
+		default:
+			// A failed read here would end the segment early, and Postgres
+			// would take that for the end of WAL: let another safekeeper
+			// serve it.
+			return nil, st.SystemID, fmt.Errorf("reading WAL past the commit LSN %s: %w", st.CommitLSN, err)
 		}
-		// Past the wait (or on a broken stream), what arrived is committed
-		// WAL: keep it.
 	}
 	if len(data) == 0 {
 		return nil, st.SystemID, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
