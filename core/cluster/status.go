@@ -41,11 +41,6 @@ type Status struct {
 	Procs       []ProcStatus
 	// Safekeepers as they report themselves: term, flush and commit LSN.
 	Safekeepers []SafekeeperStatus
-	// GroupCommitLSN is the commit LSN that the safekeepers' reports
-	// prove (sklink.Quorum: a majority's flush LSN in the highest term, or
-	// the highest commit LSN one reports), as the pageserver computes it;
-	// each safekeeper's own figure can trail it by its idle peer poll.
-	GroupCommitLSN pg.LSN
 	// Pageserver: the timeline's LSNs (zero when it does not answer).
 	Timeline          string
 	PageserverLast    pg.LSN // last record
@@ -150,7 +145,6 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 		}
 		s.Safekeepers = append(s.Safekeepers, ss)
 	}
-	s.GroupCommitLSN = groupCommit(s.Safekeepers)
 	s.Timeline = st.Timeline
 	if tl, err := pg.ParseTimelineID(st.Timeline); err == nil && st.Pageserver != "" {
 		if cl, err := client.Dial(st.Pageserver); err == nil {
@@ -188,7 +182,8 @@ func (s *Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff)
 	}
 	if len(s.Safekeepers) > 0 {
-		fmt.Fprintf(w, "safekeepers  commit %s (a majority's flush)  commit_lag %d B\n", s.GroupCommitLSN, lagBytes(s.CurrentLSN, s.GroupCommitLSN))
+		c := groupCommit(s.Safekeepers)
+		fmt.Fprintf(w, "safekeepers  commit %s (a majority's flush)  commit_lag %d B\n", c, lagBytes(s.CurrentLSN, c))
 	}
 	for _, k := range s.Safekeepers {
 		if k.Err != "" {
@@ -210,7 +205,10 @@ func (s *Status) Print(w io.Writer) {
 	tw.Flush()
 }
 
-// groupCommit is sklink.Quorum of the safekeepers that answered.
+// groupCommit is the commit LSN that the safekeepers' reports prove, as the
+// pageserver computes it (sklink.Quorum: a majority's flush LSN in the
+// highest term, or the highest commit LSN one reports); each safekeeper's
+// own figure can trail it by its idle peer poll.
 func groupCommit(sks []SafekeeperStatus) pg.LSN {
 	peers := make([]sklink.Peer, 0, len(sks))
 	for _, k := range sks {

@@ -85,7 +85,6 @@ func TestStatusGroupCommit(t *testing.T) {
 	if got := groupCommit(s.Safekeepers); got != 4800 {
 		t.Fatalf("group commit %d, want 4800 (sk1 and sk2 flushed it in term 3)", got)
 	}
-	s.GroupCommitLSN = groupCommit(s.Safekeepers)
 	var b strings.Builder
 	s.Print(&b)
 	if !strings.Contains(b.String(), "safekeepers  commit 0/12C0 (a majority's flush)  commit_lag 200 B") ||

@@ -859,8 +859,9 @@ func SortedKeys[V any](m map[string]V) []string {
 }
 
 // cpuParts records the target's CPU by part (cpu_<part>_pct), its
-// Postgres processes' CPU by role (cpu_pg_backends_pct, cpu_pg_walsenders_pct,
-// cpu_pg_background_pct) and, for the target, each part and each role, its CPU per unit of work in core time: ms per
+// Postgres processes' CPU by role (cpu_pg_backends_pct,
+// cpu_pg_walsenders_pct, cpu_pg_background_pct) and, for the target, each
+// part and each role, its CPU per unit of work in core time: ms per
 // New-Order (TPROC-C) or us per transaction (pgbench). The per-unit
 // figure compares parts across targets whatever their throughput: a
 // safekeeper against a pg_receivewal, Postgres on strata against Postgres
