@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,6 +76,35 @@ func TestWALServiceFeedbackAndFetch(t *testing.T) {
 	}
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatal("segment fetched from a safekeeper differs from pg_wal")
+	}
+
+	// A safekeeper that takes the connection and never answers, listed
+	// first, costs the fetch its status timeout, not the segment.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			conn, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never read: a hung host
+		}
+	}()
+	defer func(d time.Duration) { probeTimeout = d }(probeTimeout)
+	probeTimeout = 500 * time.Millisecond
+	buf.Reset()
+	t0 := time.Now()
+	if err := FetchSegment(ctx, FetchOptions{Safekeepers: []string{hung.Addr().String(), c.cfgs[1].ListenAddr}}, name, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); !bytes.Equal(buf.Bytes(), want) || took > 10*time.Second {
+		t.Fatalf("fetch past a hung safekeeper: %d bytes equal to pg_wal: %v, took %s", buf.Len(), bytes.Equal(buf.Bytes(), want), took)
+	} else {
+		t.Logf("fetched past a hung safekeeper in %s", took.Round(time.Millisecond))
 	}
 	testpg.WaitFor(t, 30*time.Second, "archiving", func() bool { return n.Store().Control().ArchivedLSN > start })
 	buf.Reset()

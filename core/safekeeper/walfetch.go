@@ -66,17 +66,32 @@ func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer)
 	segEnd := segStart + pg.LSN(o.SegmentSize)
 	var errs []error
 	sysID := o.SystemID
-	maxFlush := highestFlush(ctx, o.Safekeepers)
-	for _, addr := range o.Safekeepers {
-		data, id, err := fetchFromSafekeeper(ctx, addr, segStart, segEnd, maxFlush, o.TailWait)
-		if sysID == 0 {
-			sysID = id
+	probes := probeAll(ctx, o.Safekeepers)
+	defer func() {
+		for _, p := range probes {
+			p.close()
+		}
+	}()
+	var maxFlush pg.LSN
+	for _, p := range probes {
+		if p.err == nil {
+			maxFlush = max(maxFlush, p.st.FlushLSN)
+		}
+	}
+	for _, p := range probes {
+		var data []byte
+		err := p.err
+		if err == nil {
+			if sysID == 0 {
+				sysID = p.st.SystemID
+			}
+			data, err = fetchFromSafekeeper(ctx, p, segStart, segEnd, maxFlush, o.TailWait)
 		}
 		if err == nil {
 			_, err = w.Write(append(data, make([]byte, int(o.SegmentSize)-len(data))...))
 			return err
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		errs = append(errs, fmt.Errorf("%s: %w", p.addr, err))
 	}
 	if o.Archive != nil {
 		if sysID == 0 {
@@ -99,54 +114,55 @@ func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer)
 	return fmt.Errorf("%w: %s: %w", ErrSegmentNotFound, name, errors.Join(errs...))
 }
 
-// highestFlush is the highest flush LSN that the safekeepers at addrs
-// report (0 when none answers).
-func highestFlush(ctx context.Context, addrs []string) pg.LSN {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// probe is one safekeeper of a fetch: its connection and the status it
+// reported when the fetch began (err when it could not be reached).
+type probe struct {
+	addr string
+	c    *server.Client
+	st   server.Status
+	err  error
+}
+
+func (p *probe) close() {
+	if p.c != nil {
+		p.c.Close()
+	}
+}
+
+// probeTimeout bounds the wait for a safekeeper's status in a fetch: one
+// that does not answer within it (a hung host) is skipped.
+var probeTimeout = 5 * time.Second
+
+// probeAll dials the safekeepers at addrs and asks each for its status, all
+// at once; the connections stay open for the reads that follow.
+func probeAll(ctx context.Context, addrs []string) []*probe {
+	sctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var (
-		mu   sync.Mutex
-		best pg.LSN
-		wg   sync.WaitGroup
-	)
-	for _, a := range addrs {
+	probes := make([]*probe, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		p := &probe{addr: a}
+		probes[i] = p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := server.Dial(a)
-			if err != nil {
+			if p.c, p.err = server.Dial(a); p.err != nil {
 				return
 			}
-			defer c.Close()
-			st, err := c.Status(ctx)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			best = max(best, st.FlushLSN)
-			mu.Unlock()
+			p.st, p.err = p.c.Status(sctx)
 		}()
 	}
 	wg.Wait()
-	return best
+	return probes
 }
 
 // fetchFromSafekeeper reads committed WAL in [from, to) from the safekeeper
-// at addr: up to its commit LSN at once, and past it, up to flush (the
-// group's highest flush LSN) as the commit LSN reaches it, for at most
-// wait.
-func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LSN, wait time.Duration) ([]byte, uint64, error) {
-	c, err := server.Dial(addr)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
+// of p: up to its commit LSN at once, and past it, up to flush (the group's
+// highest flush LSN) as the commit LSN reaches it, for at most wait.
+func fetchFromSafekeeper(ctx context.Context, p *probe, from, to, flush pg.LSN, wait time.Duration) ([]byte, error) {
+	c, st := p.c, p.st
 	if st.StartLSN > from || from >= to {
-		return nil, st.SystemID, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
+		return nil, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
 	}
 	data := make([]byte, 0, to-from)
 	keep := func(_ pg.LSN, d []byte) error {
@@ -155,7 +171,7 @@ func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LS
 	}
 	if end := min(to, st.CommitLSN); end > from {
 		if err := c.ReadWAL(ctx, from, end, server.BoundFlush, keep); err != nil {
-			return nil, st.SystemID, err
+			return nil, err
 		}
 	}
 	if tail := min(to, max(flush, st.FlushLSN)); tail > from+pg.LSN(len(data)) {
@@ -166,7 +182,7 @@ func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LS
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			return nil, st.SystemID, ctx.Err()
+			return nil, ctx.Err()
 		case expired:
 			// What arrived within the wait is committed WAL; the rest is
 			// not known committed (yet): the next call may get more.
@@ -174,11 +190,11 @@ func fetchFromSafekeeper(ctx context.Context, addr string, from, to, flush pg.LS
 			// A failed read here would end the segment early, and Postgres
 			// would take that for the end of WAL: let another safekeeper
 			// serve it.
-			return nil, st.SystemID, fmt.Errorf("reading WAL past the commit LSN %s: %w", st.CommitLSN, err)
+			return nil, fmt.Errorf("reading WAL past the commit LSN %s: %w", st.CommitLSN, err)
 		}
 	}
 	if len(data) == 0 {
-		return nil, st.SystemID, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
+		return nil, fmt.Errorf("%w: holds %s..%s (commit %s)", walstore.ErrNotHeld, st.StartLSN, st.FlushLSN, st.CommitLSN)
 	}
-	return data, st.SystemID, nil
+	return data, nil
 }
