@@ -45,6 +45,7 @@ var runRows = []compareRow{
 	{"window s", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.WindowSec) }, false},
 	{"NOPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.NOPM) }, false},
 	{"TPM", func(r *results.Run) string { return fmt.Sprintf("%.0f", r.TPM) }, false},
+	{"per 10 s min–max (NOPM / TPM)", spreadRow, true},
 	{"p95 ms (NO / pgbench)", func(r *results.Run) string { return fmt.Sprintf("%.2f", r.P95) }, false},
 	{"WAL/NO KB", metric("wal_bytes_per_new_order", 1.0/1024, "%.1f"), false},
 	{"WAL/xact KB", metric("wal_bytes_per_xact", 1.0/1024, "%.1f"), false},
