@@ -30,11 +30,13 @@ const (
 	GetPages = "getpages"
 )
 
-// Derived computes the pageserver and compute agent figures of r from its
-// stored metric deltas; a figure whose series are missing is left out.
+// Derived computes the pageserver, compute agent and safekeeper figures of
+// r from its stored metric deltas; a figure whose series are missing is
+// left out.
 func Derived(r *results.Run) map[string]float64 {
 	out := map[string]float64{}
 	computeDerived(r, out)
+	safekeeperDerived(r, out)
 	prefix, ok := seriesPrefix(r.Metrics, "pageserver", "strata_pageserver_")
 	if !ok {
 		return out

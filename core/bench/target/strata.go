@@ -291,8 +291,9 @@ func (s *strataTarget) ProcessParts() map[string][]int {
 }
 
 // MetricsURLs is the metrics_url of the config when it has one, else the
-// /metrics endpoints of the cluster's pageserver and compute agent as
-// `strata up` started them (none when cluster.metrics_port is 0).
+// /metrics endpoints of the cluster's pageserver, compute agent and
+// safekeepers (under their IDs: "sk1", ...) as `strata up` started them
+// (none when cluster.metrics_port is 0).
 func (s *strataTarget) MetricsURLs() map[string]string {
 	if s.cfg.MetricsURL != "" {
 		return map[string]string{"": s.cfg.MetricsURL}
@@ -310,7 +311,9 @@ func (s *strataTarget) MetricsURLs() map[string]string {
 	for _, p := range procs {
 		m, _ := p.(map[string]any)
 		name, _ := m["name"].(string)
-		if name != "pageserver" && name != "compute" {
+		if id, ok := strings.CutPrefix(name, "safekeeper "); ok {
+			name = id
+		} else if name != "pageserver" && name != "compute" {
 			continue
 		}
 		args, _ := m["args"].([]any)

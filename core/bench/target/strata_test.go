@@ -90,8 +90,11 @@ func TestStrataLifecycle(t *testing.T) {
 	}
 	// The pageserver's /metrics is found without metrics_url.
 	eps := st.MetricsURLs()
-	if eps["pageserver"] == "" || eps["compute"] == "" {
-		t.Fatalf("metrics endpoints %v: want the pageserver's and the compute agent's", eps)
+	if eps["pageserver"] == "" || eps["compute"] == "" || eps["sk1"] == "" || eps["sk2"] == "" || eps["sk3"] == "" {
+		t.Fatalf("metrics endpoints %v: want the pageserver's, the compute agent's and the three safekeepers'", eps)
+	}
+	if body := httpGet(t, eps["sk2"]); !strings.Contains(body, `strata_safekeeper_fsync_seconds_count{safekeeper="sk2"}`) {
+		t.Errorf("safekeeper sk2's /metrics at %s lacks its flush histogram", eps["sk2"])
 	}
 	body := httpGet(t, eps["pageserver"])
 	for _, want := range []string{"strata_pageserver_getpage_seconds_bucket", "strata_pageserver_redo_deltas_per_read_count", "process_cpu_seconds_total"} {

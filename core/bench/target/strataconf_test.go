@@ -73,15 +73,15 @@ func TestStrataConfigKeys(t *testing.T) {
 }
 
 // TestStrataMetricsURLs checks that a strata target without metrics_url
-// finds its pageserver's and compute agent's /metrics in cluster.json, and
-// that metrics_url wins when set.
+// finds its pageserver's, compute agent's and safekeepers' /metrics in
+// cluster.json, and that metrics_url wins when set.
 func TestStrataMetricsURLs(t *testing.T) {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "cluster"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	state := `{"procs": [
-		{"name": "safekeeper 1", "pid": 1, "args": ["safekeeper", "--metrics-addr", "127.0.0.1:9676"]},
+		{"name": "safekeeper sk1", "pid": 1, "args": ["safekeeper", "--metrics-addr", "127.0.0.1:9676"]},
 		{"name": "pageserver", "pid": 2, "args": ["--config", "c.yaml", "pageserver", "--listen", "127.0.0.1:7000", "--metrics-addr", "127.0.0.1:9679", "--image-policy", "fpi"]},
 		{"name": "compute", "pid": 3, "args": ["compute", "--metrics-addr", "127.0.0.1:9680"]}]}`
 	if err := os.WriteFile(filepath.Join(root, "cluster", "cluster.json"), []byte(state), 0o644); err != nil {
@@ -89,11 +89,14 @@ func TestStrataMetricsURLs(t *testing.T) {
 	}
 	s := &strataTarget{cfg: Config{Name: "s"}, root: root, running: true, log: zerolog.Nop()}
 	got := s.MetricsURLs()
-	if len(got) != 2 || got["pageserver"] != "http://127.0.0.1:9679/metrics" || got["compute"] != "http://127.0.0.1:9680/metrics" {
+	if len(got) != 3 || got["pageserver"] != "http://127.0.0.1:9679/metrics" || got["compute"] != "http://127.0.0.1:9680/metrics" ||
+		got["sk1"] != "http://127.0.0.1:9676/metrics" {
 		t.Errorf("metrics endpoints: %v", got)
 	}
-	// cluster.metrics_port 0: the pageserver gets an empty address.
+	// cluster.metrics_port 0: the pageserver gets an empty address, the
+	// others none.
 	off := strings.ReplaceAll(strings.ReplaceAll(state, `"--metrics-addr", "127.0.0.1:9679"`, `"--metrics-addr", ""`), `"compute", "--metrics-addr", "127.0.0.1:9680"`, `"compute"`)
+	off = strings.ReplaceAll(off, `"safekeeper", "--metrics-addr", "127.0.0.1:9676"`, `"safekeeper"`)
 	if err := os.WriteFile(filepath.Join(root, "cluster", "cluster.json"), []byte(off), 0o644); err != nil {
 		t.Fatal(err)
 	}
