@@ -172,6 +172,7 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 	// compare
 	var cmpMatrix string
 	var cmpHTML bool
+	var cmpBaseline string
 	compare := &cobra.Command{
 		Use:   "compare [ID...]",
 		Short: "Put runs side by side (ids, or --matrix for all runs of a matrix); --html also writes a report",
@@ -191,6 +192,11 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 			if err := report.Compare(c.OutOrStdout(), runs); err != nil {
 				return err
 			}
+			if cmpBaseline != "" {
+				if err := report.ComparePaired(c.OutOrStdout(), runs, cmpBaseline); err != nil {
+					return err
+				}
+			}
 			if cmpHTML {
 				name := "compare"
 				if cmpMatrix != "" {
@@ -207,6 +213,7 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 	}
 	compare.Flags().StringVar(&cmpMatrix, "matrix", "", "compare all runs of this matrix")
 	compare.Flags().BoolVar(&cmpHTML, "html", false, "also write an HTML + PNG report under --out")
+	compare.Flags().StringVar(&cmpBaseline, "baseline", "", "also pair each run with this target's run of the same matrix, configuration and repeat, and summarize the throughput ratios")
 
 	// report
 	var repMatrix string
