@@ -822,7 +822,8 @@ func GitRevision(dir string) string {
 
 // NewerSource reports the newest Go source file (or go.mod, go.sum) that
 // git tracks in dir's checkout, and whether it changed after built (a
-// binary built at built does not hold it).
+// binary built at built does not hold it). Test files are left out: no
+// binary holds them.
 func NewerSource(dir string, built time.Time) (path string, mod time.Time, newer bool) {
 	top, err := exec.Command("git", "-C", dir, "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -834,7 +835,7 @@ func NewerSource(dir string, built time.Time) (path string, mod time.Time, newer
 		return "", time.Time{}, false
 	}
 	for _, f := range strings.Split(string(out), "\x00") {
-		if f == "" {
+		if f == "" || strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		fi, err := os.Stat(filepath.Join(root, f))

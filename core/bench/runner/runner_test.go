@@ -344,7 +344,7 @@ func TestNewerSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
-	for _, f := range []string{"go.mod", "pkg/a.go", "pkg/b.go"} {
+	for _, f := range []string{"go.mod", "pkg/a.go", "pkg/b.go", "pkg/b_test.go"} {
 		p := filepath.Join(dir, f)
 		if err := os.WriteFile(p, []byte("package pkg\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -362,8 +362,15 @@ func TestNewerSource(t *testing.T) {
 	if p, _, newer := NewerSource(filepath.Join(dir, "pkg"), built); newer {
 		t.Fatalf("binary built after every tracked file reported stale (newest %s)", p)
 	}
-	// A tracked file edited after the build does.
+	// Nor does a test file edited after the build: no binary holds it.
 	now := time.Now()
+	if err := os.Chtimes(filepath.Join(dir, "pkg", "b_test.go"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, newer := NewerSource(dir, built); newer {
+		t.Fatalf("a test file edited after the build made the binary stale (newest %s)", p)
+	}
+	// A tracked file edited after the build does.
 	if err := os.Chtimes(filepath.Join(dir, "pkg", "b.go"), now, now); err != nil {
 		t.Fatal(err)
 	}
