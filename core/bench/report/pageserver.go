@@ -86,13 +86,19 @@ type Bucket struct {
 	UpperBound, Count float64
 }
 
-// Buckets collects the buckets of histogram name (name_bucket{le="..."})
-// from metrics, sorted by upper bound. Series with labels other than le
-// are summed per bound.
-func Buckets(metrics map[string]float64, name string) []Bucket {
+// Buckets collects the buckets of the histograms names (each
+// name_bucket{le="..."}) from metrics, sorted by upper bound. Series of
+// several names, or with labels other than le, are summed per bound.
+func Buckets(metrics map[string]float64, names ...string) []Bucket {
 	byLE := map[float64]float64{}
 	for k, v := range metrics {
-		rest, ok := strings.CutPrefix(k, name+"_bucket{")
+		var rest string
+		ok := false
+		for _, name := range names {
+			if rest, ok = strings.CutPrefix(k, name+"_bucket{"); ok {
+				break
+			}
+		}
 		if !ok {
 			continue
 		}

@@ -52,14 +52,14 @@ func safekeeperDerived(r *results.Run, out map[string]float64) {
 		return
 	}
 	var flushes float64
-	var all []Bucket
-	for _, p := range prefixes {
+	names := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		names[i] = p + skFlush
 		for k, v := range r.Metrics {
-			if strings.HasPrefix(k, p+skFlush+"_count") {
+			if strings.HasPrefix(k, names[i]+"_count") {
 				flushes += v
 			}
 		}
-		all = append(all, Buckets(r.Metrics, p+skFlush)...)
 	}
 	mean := flushes / float64(len(prefixes))
 	out[SafekeeperFlushes] = mean
@@ -69,21 +69,7 @@ func safekeeperDerived(r *results.Run, out map[string]float64) {
 	if n := r.Metrics["xacts"]; n > 0 {
 		out[SafekeeperFlushesPerXact] = mean / n
 	}
-	if q, ok := HistogramQuantile(0.99, mergeBuckets(all)); ok {
+	if q, ok := HistogramQuantile(0.99, Buckets(r.Metrics, names...)); ok {
 		out[SafekeeperFlushP99] = q * 1000
 	}
-}
-
-// mergeBuckets sums the counts of buckets with the same upper bound.
-func mergeBuckets(bs []Bucket) []Bucket {
-	byLE := map[float64]float64{}
-	for _, b := range bs {
-		byLE[b.UpperBound] += b.Count
-	}
-	out := make([]Bucket, 0, len(byLE))
-	for ub, c := range byLE {
-		out = append(out, Bucket{UpperBound: ub, Count: c})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UpperBound < out[j].UpperBound })
-	return out
 }

@@ -66,10 +66,7 @@ func spreadRow(r *results.Run) string {
 	if !ok {
 		return "–"
 	}
-	mid := r.NOPM
-	if mid == 0 {
-		mid = r.TPM
-	}
+	mid := throughput(r)
 	if mid <= 0 {
 		return fmt.Sprintf("%.0f–%.0f", lo, hi)
 	}
