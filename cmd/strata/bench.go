@@ -107,6 +107,11 @@ statistics deltas and CPU into a results database, and renders HTML and PNG repo
 					return errors.Join(err, rerr)
 				}
 				fmt.Fprintf(c.OutOrStdout(), "%d runs stored in %s; report: %s\n", len(runs), dbPath, path)
+				if m.Baseline != "" {
+					if perr := report.ComparePaired(c.OutOrStdout(), full, m.Baseline); perr != nil {
+						log.Warn().Err(perr).Msg("no paired summary")
+					}
+				}
 			}
 			if errors.Is(err, context.Canceled) {
 				fmt.Fprintln(c.OutOrStdout(), "interrupted: the runs measured so far are stored")

@@ -98,6 +98,10 @@ type Matrix struct {
 	Prewarm bool `yaml:"prewarm"`
 	// Verify runs the TPC-C consistency checks after each run (default true).
 	Verify *bool `yaml:"verify"`
+	// Baseline names the target the others are compared with pair by pair
+	// when the runs end (report.ComparePaired: the same configuration and
+	// repeat); empty, no such summary.
+	Baseline string `yaml:"baseline"`
 }
 
 // SettleQuietPct is the share of the machine (all cores = 100) under which
@@ -217,6 +221,9 @@ func (m *Matrix) defaults() error {
 		if err := target.CheckConfig(m.Targets[i]); err != nil {
 			return bad("%v", err)
 		}
+	}
+	if m.Baseline != "" && !seen[m.Baseline] {
+		return bad("baseline %q is not one of the targets", m.Baseline)
 	}
 	if len(m.VirtualUsers) == 0 {
 		m.VirtualUsers = Axis{"1"}

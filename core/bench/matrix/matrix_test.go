@@ -24,6 +24,7 @@ virtual_users: [1, 4]
 warehouses: 2
 duration: 10s
 repeats: 3
+baseline: b
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +52,9 @@ repeats: 3
 	if m.P95() != 20*time.Millisecond || !m.VerifyEnabled() {
 		t.Fatal("defaults")
 	}
+	if m.Baseline != "b" {
+		t.Fatalf("baseline %q, want b", m.Baseline)
+	}
 }
 
 func TestInvalid(t *testing.T) {
@@ -64,6 +68,7 @@ func TestInvalid(t *testing.T) {
 		"name: x\nworkload: ycsb\ntargets: [{kind: stock}]",
 		"name: x\ntargets: [{kind: stock, config: {storage.image_policy: fpi}}]",
 		"name: x\ntargets: [{kind: strata, profile: p.yaml, config: {\"\": x}}]",
+		"name: x\ntargets: [{kind: stock}, {kind: stock-sync}]\nbaseline: stock-sync-2",
 	} {
 		if _, err := Parse([]byte(y)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: err = %v", y, err)
