@@ -36,7 +36,8 @@ type Follower struct {
 	next  pg.LSN // where the next record starts: the last record end found
 	prev  pg.LSN // start of the last record found (0 before the first)
 	files map[uint64]*os.File
-	err   error // the last error other than the end of WAL, for Err
+	r     *wal.Reader // reset to next at every walk (its buffers are kept)
+	err   error       // the last error other than the end of WAL, for Err
 }
 
 // Follow makes t follow the WAL written into dir from start (a record end:
@@ -85,7 +86,12 @@ func (f *Follower) walk() pg.LSN {
 		}
 		f.next = pg.LSN(no * f.segSize)
 	}
-	r := wal.NewReader(followSource{f}, f.next)
+	if f.r == nil {
+		f.r = wal.NewReader(followSource{f}, f.next)
+	} else {
+		f.r.Reset(f.next)
+	}
+	r := f.r
 	for {
 		rec, err := r.Next()
 		if err != nil {

@@ -137,3 +137,73 @@ func TestFollowerNewCluster(t *testing.T) {
 		t.Fatalf("W after initdb = %s", got)
 	}
 }
+
+// BenchmarkFollowerWalk prices one W lookup as the agent makes it before
+// every page write it passes on: Postgres has written a few more records
+// (whole pages, zero past the insert position) into a recycled segment,
+// and Current walks them. initdb's WAL stands in for the workload's; each
+// step writes the next 1-8 records.
+func BenchmarkFollowerWalk(b *testing.B) {
+	seg, segStart, recs := realWAL(b)
+	var ends []pg.LSN
+	for _, r := range recs {
+		ends = append(ends, r.end(pg.WALSegmentSize))
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	dir := b.TempDir()
+	path := filepath.Join(dir, "000000010000000000000001")
+	rng := rand.New(rand.NewPCG(7, 8))
+	old := make([]byte, len(seg))
+	for i := range old {
+		old[i] = byte(rng.Uint32())
+	}
+	for p := 0; p < len(old); p += PageSize {
+		copy(old[p:], seg[p:p+shortHeaderSize])
+		binary.LittleEndian.PutUint64(old[p+8:], uint64(segStart)+uint64(p)+3*pg.WALSegmentSize)
+	}
+	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fh.Close()
+	var tr *Tracker
+	i, written, walked := 0, 0, 0
+	restart := func() {
+		if tr != nil {
+			tr.Close()
+		}
+		if _, err := fh.WriteAt(old, 0); err != nil {
+			b.Fatal(err)
+		}
+		tr = New(pg.WALSegmentSize, segStart)
+		tr.Follow(dir, segStart)
+		i, written = 0, 0
+	}
+	restart()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		b.StopTimer()
+		if i >= len(ends)-1 {
+			restart()
+		}
+		i = min(len(ends)-1, i+1+rng.IntN(8))
+		e := ends[i]
+		off := int(uint64(e) - uint64(segStart))
+		first, last := written/PageSize, (off-1)/PageSize
+		buf := bytes.Clone(seg[first*PageSize : (last+1)*PageSize])
+		clear(buf[off-first*PageSize:])
+		if _, err := fh.WriteAt(buf, int64(first*PageSize)); err != nil {
+			b.Fatal(err)
+		}
+		walked += off - written
+		written = off
+		b.StartTimer()
+		if got := tr.Current(); got != e {
+			b.Fatalf("W = %s, want %s", got, e)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(walked)/float64(b.N), "WAL-bytes/op")
+	tr.Close()
+}

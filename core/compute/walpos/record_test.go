@@ -25,7 +25,7 @@ const pgBin = "/usr/lib/postgresql/15/bin"
 
 // realWAL runs initdb (as the postgres OS user when root) and returns its
 // first WAL segment and the records pg_waldump finds in it.
-func realWAL(t *testing.T) (seg []byte, segStart pg.LSN, recs []walRec) {
+func realWAL(t testing.TB) (seg []byte, segStart pg.LSN, recs []walRec) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(pgBin, "initdb")); err != nil {
 		t.Skip("PostgreSQL 15 not installed")

@@ -88,6 +88,17 @@ func NewReader(src Source, start pg.LSN) *Reader {
 	return &Reader{src: src, segSize: src.SegmentSize(), next: start, page: make([]byte, PageSize), pageLSN: ^pg.LSN(0)}
 }
 
+// Reset makes r read from start again, as a new reader from NewReader(src,
+// start) would, while keeping the buffers it has grown: a caller that walks
+// the end of a WAL being written, again and again, allocates nothing per
+// walk. The page r holds is read again.
+func (r *Reader) Reset(start pg.LSN) {
+	*r = Reader{
+		src: r.src, segSize: r.segSize, next: start, page: r.page, pageLSN: ^pg.LSN(0),
+		buf: r.buf[:0], rec: Record{Blocks: r.rec.Blocks[:0]},
+	}
+}
+
 // SystemID returns the database system identifier seen in a long page
 // header, or 0 before one was read.
 func (r *Reader) SystemID() uint64 { return r.sysID }
@@ -110,7 +121,7 @@ func (r *Reader) loadPage(lsn pg.LSN) error {
 	h := parsePageHeader(r.page)
 	if h.magic != pageMagic {
 		if h.magic == 0 && h.pageAddr == 0 {
-			return fmt.Errorf("%w: empty page at %s", ErrEndOfWAL, lsn)
+			return &endError{kind: endEmptyPage, at: lsn}
 		}
 		return fmt.Errorf("%w: page at %s has magic %#04x, want %#04x (PostgreSQL 15)", ErrUnknownFormat, lsn, h.magic, pageMagic)
 	}
@@ -119,7 +130,7 @@ func (r *Reader) loadPage(lsn pg.LSN) error {
 	}
 	if h.pageAddr != lsn {
 		// A page left over from a recycled segment: Postgres' normal end of WAL.
-		return fmt.Errorf("%w: unexpected page address %s in page at %s", ErrEndOfWAL, h.pageAddr, lsn)
+		return &endError{kind: endPageAddress, at: lsn, addr: h.pageAddr}
 	}
 	if uint64(lsn)%r.segSize == 0 && h.info&xlpLongHeader == 0 {
 		return fmt.Errorf("%w: first page of segment at %s lacks a long header", ErrCorrupt, lsn)
@@ -212,7 +223,7 @@ func (r *Reader) Next() (*Record, error) {
 	// xl_tot_len always lies on the first page (records are 8-aligned).
 	totLen := binary.LittleEndian.Uint32(r.page[off:])
 	if totLen == 0 {
-		return nil, fmt.Errorf("%w: invalid record length at %s: wanted %d, got 0", ErrEndOfWAL, pos, RecordHeaderSize)
+		return nil, &endError{kind: endZeroLength, at: pos}
 	}
 	if totLen < RecordHeaderSize || totLen > maxRecordSize {
 		return nil, fmt.Errorf("%w: invalid record length at %s: %d", ErrCorrupt, pos, totLen)
@@ -273,3 +284,33 @@ func (r *Reader) Next() (*Record, error) {
 	r.next = next
 	return &r.rec, nil
 }
+
+// endError is the end of the WAL written so far, met where a reader looked.
+// A reader that follows WAL as it is written meets it at every catch-up,
+// so the message is only formatted when someone reads it.
+type endError struct {
+	kind endKind
+	at   pg.LSN // the page or record position looked at
+	addr pg.LSN // endPageAddress: the address the page names instead
+}
+
+type endKind uint8
+
+const (
+	endEmptyPage   endKind = iota // a page of zeros
+	endPageAddress                // a page left over from a recycled segment
+	endZeroLength                 // a record header of zeros
+)
+
+func (e *endError) Error() string {
+	switch e.kind {
+	case endEmptyPage:
+		return fmt.Sprintf("%v: empty page at %s", ErrEndOfWAL, e.at)
+	case endPageAddress:
+		return fmt.Sprintf("%v: unexpected page address %s in page at %s", ErrEndOfWAL, e.addr, e.at)
+	default:
+		return fmt.Sprintf("%v: invalid record length at %s: wanted %d, got 0", ErrEndOfWAL, e.at, RecordHeaderSize)
+	}
+}
+
+func (e *endError) Unwrap() error { return ErrEndOfWAL }

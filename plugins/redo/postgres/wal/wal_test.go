@@ -145,6 +145,65 @@ func TestReaderCrossPageRecords(t *testing.T) {
 	}
 }
 
+// TestReaderReset: a reader reset to an LSN returns what a new reader from
+// there returns, also after it met the end of the WAL and the WAL grew; the
+// end of WAL is ErrEndOfWAL and names where the reader looked.
+func TestReaderReset(t *testing.T) {
+	base := pg.LSN(3 * pg.WALSegmentSize)
+	var bodies [][]byte
+	for _, n := range []int{10, 20000, 3, 8100, 40, 700} {
+		bodies = append(bodies, heapBody(n))
+	}
+	data, starts := buildWAL(t, base, bodies)
+	// The WAL written so far: the first three records, zeros after them.
+	cut := int(starts[3] - base)
+	partial := append(bytes.Clone(data[:cut]), make([]byte, len(data)-cut)...)
+	src := &BytesSource{Start: base, Data: partial}
+	rd := NewReader(src, base)
+	for i := 0; i < 3; i++ {
+		if r, err := rd.Next(); err != nil || r.LSN != starts[i] {
+			t.Fatalf("record %d: %v %v", i, r, err)
+		}
+	}
+	_, err := rd.Next()
+	if !errors.Is(err, ErrEndOfWAL) || !strings.Contains(err.Error(), starts[3].String()) {
+		t.Fatalf("end of the WAL written so far: %v, want ErrEndOfWAL naming %s", err, starts[3])
+	}
+	src.Data = data // the rest is written
+	for _, from := range []int{3, 1, 0} {
+		rd.Reset(starts[from])
+		fresh := NewReader(&BytesSource{Start: base, Data: data}, starts[from])
+		for i := from; i <= len(bodies); i++ {
+			got, gerr := rd.Next()
+			want, werr := fresh.Next()
+			if (gerr == nil) != (werr == nil) {
+				t.Fatalf("from %d, record %d: reset reader %v, new reader %v", from, i, gerr, werr)
+			}
+			if gerr != nil {
+				if gerr.Error() != werr.Error() || !errors.Is(gerr, ErrEndOfWAL) || i != len(bodies) {
+					t.Fatalf("from %d, record %d: %v / %v", from, i, gerr, werr)
+				}
+				break
+			}
+			if got.LSN != want.LSN || got.EndLSN != want.EndLSN || got.Prev != want.Prev ||
+				!bytes.Equal(got.MainData, want.MainData) || len(got.Blocks) != len(want.Blocks) {
+				t.Fatalf("from %d, record %d: %+v, want %+v", from, i, got, want)
+			}
+		}
+	}
+	// An empty page and a page of a recycled segment are ends of WAL too.
+	zero := NewReader(&BytesSource{Start: base, Data: make([]byte, PageSize)}, base)
+	if _, err := zero.Next(); !errors.Is(err, ErrEndOfWAL) || !strings.Contains(err.Error(), "empty page at "+base.String()) {
+		t.Fatalf("empty page: %v", err)
+	}
+	old := bytes.Clone(data[:PageSize])
+	binary.LittleEndian.PutUint64(old[8:], uint64(base+pg.WALSegmentSize))
+	rec := NewReader(&BytesSource{Start: base, Data: old}, base)
+	if _, err := rec.Next(); !errors.Is(err, ErrEndOfWAL) || !strings.Contains(err.Error(), "unexpected page address "+(base+pg.WALSegmentSize).String()) {
+		t.Fatalf("recycled page: %v", err)
+	}
+}
+
 func TestReaderCorruptionNamesLSN(t *testing.T) {
 	base := pg.LSN(pg.WALSegmentSize)
 	data, starts := buildWAL(t, base, [][]byte{heapBody(10), heapBody(300), heapBody(10)})
