@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/stratadb/strata/core/bench/results"
 )
@@ -83,16 +84,19 @@ func tQuantile975(df int) float64 {
 // Pairs matches each completed run of a target other than baseline with
 // the baseline's completed run of the same matrix, configuration and
 // repeat, grouped by target and configuration (sorted). unpaired are the
-// runs that have no such baseline run.
+// runs that have no such baseline run. When a matrix ran more than once
+// into the same results database, a run pairs with the baseline run that
+// started nearest to it in time: the one of its own pass.
 func Pairs(runs []*results.Run, baseline string) (groups []PairGroup, unpaired []*results.Run) {
 	type key struct {
 		matrix, cell string
 		repeat       int
 	}
-	base := map[key]*results.Run{}
+	base := map[key][]*results.Run{}
 	for _, r := range runs {
-		if r.Target == baseline && r.Status == "ok" {
-			base[key{r.Matrix, cell(r), r.Repeat}] = r
+		if r.Target == baseline && r.Status == "ok" && throughput(r) > 0 {
+			k := key{r.Matrix, cell(r), r.Repeat}
+			base[k] = append(base[k], r)
 		}
 	}
 	byGroup := map[[2]string]*PairGroup{}
@@ -100,8 +104,8 @@ func Pairs(runs []*results.Run, baseline string) (groups []PairGroup, unpaired [
 		if r.Target == baseline || r.Status != "ok" {
 			continue
 		}
-		b, ok := base[key{r.Matrix, cell(r), r.Repeat}]
-		if !ok || throughput(b) <= 0 {
+		b := nearest(r, base[key{r.Matrix, cell(r), r.Repeat}])
+		if b == nil {
 			unpaired = append(unpaired, r)
 			continue
 		}
@@ -123,6 +127,24 @@ func Pairs(runs []*results.Run, baseline string) (groups []PairGroup, unpaired [
 		return groups[i].Cell < groups[j].Cell
 	})
 	return groups, unpaired
+}
+
+// nearest returns the candidate that started nearest in time to r (the
+// nearest id on a tie), or nil when there is none.
+func nearest(r *results.Run, candidates []*results.Run) *results.Run {
+	var best *results.Run
+	var bestDT time.Duration
+	var bestDID int64
+	for _, c := range candidates {
+		dt, did := r.StartedAt.Sub(c.StartedAt).Abs(), r.ID-c.ID
+		if did < 0 {
+			did = -did
+		}
+		if best == nil || dt < bestDT || (dt == bestDT && did < bestDID) {
+			best, bestDT, bestDID = c, dt, did
+		}
+	}
+	return best
 }
 
 // ComparePaired writes, for each target and configuration, its runs'

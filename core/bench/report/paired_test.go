@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stratadb/strata/core/bench/results"
 )
@@ -66,5 +67,38 @@ func TestPairs(t *testing.T) {
 	}
 	if err := ComparePaired(&buf, runs, "stock"); err == nil {
 		t.Error("no error for a baseline that has no runs")
+	}
+}
+
+// TestPairsSameMatrixTwice: a matrix run twice into one results database
+// (ids and repeats start again) pairs each run with the baseline run of its
+// own pass, the one nearest in time, not the last one stored.
+func TestPairsSameMatrixTwice(t *testing.T) {
+	const c = "full_page_writes=off wh=4 vus=16"
+	t0 := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	at := func(r *results.Run, min int) *results.Run {
+		r.StartedAt = t0.Add(time.Duration(min) * time.Minute)
+		return r
+	}
+	runs := []*results.Run{
+		at(pairRun(1, "stock-sync", c, 1, 40000, 16, "ok"), 0),
+		at(pairRun(2, "strata", c, 1, 36000, 21, "ok"), 2),
+		at(pairRun(3, "stock-sync", c, 2, 50000, 17, "ok"), 4),
+		at(pairRun(4, "strata", c, 2, 40000, 22, "ok"), 6),
+		// The second pass, half an hour later; its strata run ran first.
+		at(pairRun(5, "strata", c, 1, 30000, 25, "ok"), 30),
+		at(pairRun(6, "stock-sync", c, 1, 20000, 18, "ok"), 32),
+		at(pairRun(7, "stock-sync", c, 2, 60000, 15, "ok"), 34),
+		at(pairRun(8, "strata", c, 2, 30000, 24, "ok"), 36),
+	}
+	groups, unpaired := Pairs(runs, "stock-sync")
+	if len(groups) != 1 || len(unpaired) != 0 || len(groups[0].Pairs) != 4 {
+		t.Fatalf("groups %+v, unpaired %v", groups, unpaired)
+	}
+	want := map[int64]int64{2: 1, 4: 3, 5: 6, 8: 7}
+	for _, p := range groups[0].Pairs {
+		if want[p.Run.ID] != p.Base.ID {
+			t.Errorf("run %d paired with baseline run %d, want %d", p.Run.ID, p.Base.ID, want[p.Run.ID])
+		}
 	}
 }
