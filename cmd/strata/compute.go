@@ -18,6 +18,7 @@ import (
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/metrics"
 	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/core/pluginhost"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -130,6 +131,15 @@ safekeepers' replication role, created or updated at every start).`,
 			}
 			if cfg.ReplPassword == "" {
 				cfg.ReplUser = ""
+			}
+			if adv := full.Compute.Cache.Advisor; adv.Enabled() {
+				section, err := json.Marshal(adv.Plugin.Config)
+				if err != nil {
+					return fmt.Errorf("compute.cache.advisor.plugin.config: %w", err)
+				}
+				cfg.Cache.Advisor = &agent.AdvisorConfig{Every: adv.Every, Plugin: pluginhost.Spec{
+					Name: "cache-advisor", Path: adv.Plugin.Path, Args: adv.Plugin.Args, SHA256: adv.Plugin.SHA256, ConfigJSON: section,
+				}}
 			}
 			if !noArchive {
 				st, err := objstore.Open(cmd.Context(), full.ObjectStore, log, reg)

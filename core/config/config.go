@@ -229,7 +229,22 @@ type ComputeCache struct {
 	// (pg_prewarm), whose block list is a file of the data directory.
 	Prewarm         bool          `mapstructure:"prewarm"`
 	PrewarmInterval time.Duration `mapstructure:"prewarm_interval"`
+	// Advisor is an external cache advisor plugin (sdk/cache.Advisor over
+	// go-plugin) that resizes the LFC once a period; lfc strategy only.
+	Advisor CacheAdvisor `mapstructure:"advisor"`
 }
+
+// CacheAdvisor is compute.cache.advisor. An empty plugin path: no advisor.
+type CacheAdvisor struct {
+	// Plugin is the advisor binary; its config section is passed to it as
+	// JSON.
+	Plugin ExternalPlugin `mapstructure:"plugin"`
+	// Every is the period between two calls (default 5s).
+	Every time.Duration `mapstructure:"every"`
+}
+
+// Enabled says whether an advisor plugin is configured.
+func (a CacheAdvisor) Enabled() bool { return a.Plugin.Path != "" }
 
 // MemoryBudgetBytes parses Compute.MemoryBudget.
 func (c Compute) MemoryBudgetBytes() (int64, error) { return ParseBytes(c.MemoryBudget) }
@@ -278,6 +293,16 @@ func (c Compute) Validate() error {
 	}
 	if c.Cache.PrewarmInterval < time.Second {
 		errs = append(errs, fmt.Errorf("compute.cache.prewarm_interval: %s: want at least 1s", c.Cache.PrewarmInterval))
+	}
+	if adv := c.Cache.Advisor; adv.Enabled() {
+		if c.Cache.Strategy != sharedbuffers.StrategyLFC {
+			errs = append(errs, fmt.Errorf("compute.cache.advisor: an advisor sizes the LFC: it needs compute.cache.strategy lfc, not %q", c.Cache.Strategy))
+		}
+		if adv.Every < 100*time.Millisecond {
+			errs = append(errs, fmt.Errorf("compute.cache.advisor.every: %s: want at least 100ms", adv.Every))
+		}
+	} else if len(c.Cache.Advisor.Plugin.Args) > 0 || c.Cache.Advisor.Plugin.SHA256 != "" || len(c.Cache.Advisor.Plugin.Config) > 0 {
+		errs = append(errs, errors.New("compute.cache.advisor.plugin: settings without a path (set plugin.path, or remove the section)"))
 	}
 	l := c.Cache.LFC
 	if l.Tier == lfc.TierDisk && l.Path == "" {
@@ -357,6 +382,7 @@ func Default() Config {
 			ReadAhead:      64,
 			PGWal:          PGWalAuto,
 			Cache: ComputeCache{
+				Advisor:       CacheAdvisor{Every: 5 * time.Second},
 				Strategy:      sharedbuffers.StrategySharedBuffers,
 				LFC:           lfc.DefaultConfig(),
 				SharedBuffers: sharedbuffers.DefaultConfig(),

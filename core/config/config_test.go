@@ -98,6 +98,10 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad yaml", "objectstore: [\n", nil, []string{"not valid YAML"}},
 		{"bad env value", "", []string{"STRATA_LOG_LEVEL=loud"}, []string{"log.level", "loud"}},
 		{"bad strategy", "compute:\n  cache:\n    strategy: l2arc\n", nil, []string{"compute.cache.strategy", "l2arc"}},
+		{"advisor without lfc", "compute:\n  cache:\n    advisor:\n      plugin:\n        path: /bin/true\n", nil, []string{"compute.cache.advisor", "needs compute.cache.strategy lfc"}},
+		{"advisor too often", "compute:\n  cache:\n    strategy: lfc\n    advisor:\n      every: 1ms\n      plugin:\n        path: /bin/true\n", nil, []string{"compute.cache.advisor.every", "1ms"}},
+		{"advisor settings without a path", "compute:\n  cache:\n    advisor:\n      plugin:\n        sha256: abc\n", nil, []string{"compute.cache.advisor.plugin", "without a path"}},
+		{"unknown advisor key", "compute:\n  cache:\n    advisor:\n      evry: 1s\n", nil, []string{"unknown key compute.cache.advisor.evry"}},
 		{"bad prewarm interval", "compute:\n  cache:\n    prewarm_interval: 10ms\n", nil, []string{"compute.cache.prewarm_interval", "10ms"}},
 		{"bad budget", "compute:\n  memory_budget: lots\n", nil, []string{"compute.memory_budget", "lots"}},
 		{"budget too small", "compute:\n  memory_budget: 100kB\n", nil, []string{"compute.memory_budget", "too small"}},
@@ -213,5 +217,22 @@ func TestComputeAndStorage(t *testing.T) {
 		if _, err := ParseBytes(bad); err == nil {
 			t.Errorf("ParseBytes(%q) accepted", bad)
 		}
+	}
+}
+
+// TestCacheAdvisor: the advisor section loads, its plugin config stays a
+// free map, and the path can come from the environment.
+func TestCacheAdvisor(t *testing.T) {
+	p := writeFile(t, "compute:\n  cache:\n    strategy: lfc\n    advisor:\n      plugin:\n        sha256: 00ff\n        config:\n          grow_step: 0.5\n          nested: {a: 1}\n")
+	cfg, err := LoadEnv(p, []string{"STRATA_COMPUTE_CACHE_ADVISOR_PLUGIN_PATH=/opt/advisor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Compute.Cache.Advisor
+	if !a.Enabled() || a.Plugin.Path != "/opt/advisor" || a.Plugin.SHA256 != "00ff" || a.Every != 5*time.Second || a.Plugin.Config["grow_step"] != 0.5 {
+		t.Fatalf("advisor %+v", a)
+	}
+	if d := Default().Compute.Cache.Advisor; d.Enabled() {
+		t.Fatalf("an advisor by default: %+v", d)
 	}
 }

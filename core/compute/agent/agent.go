@@ -253,6 +253,7 @@ type Agent struct {
 	wal    walPlace // where pg_wal lives
 	sizing sharedbuffers.Sizing
 	waits  *cache.Waits // the LFC's waits (lock, read, write)
+	adv    *advisorHost // compute.cache.advisor (nil: none)
 	uid    int
 	gid    int
 	born   time.Time
@@ -284,6 +285,9 @@ func New(cfg Config) (*Agent, error) {
 	sizing, err := cfg.Cache.Plan()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if cfg.Cache.Advisor != nil && cfg.Cache.Strategy != StrategyLFC {
+		return nil, fmt.Errorf("%w: compute.cache.advisor sizes the LFC: it needs compute.cache.strategy lfc, not %q", ErrConfig, cfg.Cache.Strategy)
 	}
 	if cfg.Cache.Strategy == StrategyLFC {
 		lc := cfg.Cache.LFC
@@ -335,7 +339,12 @@ func New(cfg Config) (*Agent, error) {
 		a.rbMetrics = redobackend.NewMetrics(a.reg)
 	}
 	a.pw = newPrewarmer(a)
-	for _, c := range []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}, a.pw.pages} {
+	collectors := []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}, a.pw.pages}
+	if cfg.Cache.Advisor != nil {
+		a.adv = newAdvisorHost(*cfg.Cache.Advisor, cfg.Log)
+		collectors = append(collectors, a.adv.calls)
+	}
+	for _, c := range collectors {
 		if err := a.reg.Register(c); err != nil {
 			ps.Close()
 			return nil, err
@@ -436,6 +445,9 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		go a.feedCommit(fctx)
 	}
 	go a.logWaits(ctx, time.Minute)
+	if a.adv != nil {
+		defer a.adv.close()
+	}
 	first := true
 	delay := time.Second
 	for {
@@ -467,6 +479,14 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		go a.stopOnLost(jctx)
 		warmed := make(chan struct{})
 		go func() { defer close(warmed); a.pw.run(jctx, a.currentFS()) }()
+		if a.adv != nil {
+			a.mu.Lock()
+			l := a.lfc
+			a.mu.Unlock()
+			if l != nil {
+				go a.adv.run(jctx, l, a.sizing.LFCBytes, a.waits)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			jcancel()

@@ -41,6 +41,9 @@ type CacheConfig struct {
 	// PrewarmInterval as its dump interval.
 	Prewarm         bool
 	PrewarmInterval time.Duration
+	// Advisor, under lfc, is an external cache advisor plugin that resizes
+	// the LFC once a period within the plan's LFC size (nil: none).
+	Advisor *AdvisorConfig
 }
 
 // Plan returns the sizing of c.

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/pluginhost"
+	"github.com/stratadb/strata/sdk/cache"
+)
+
+// AdvisorConfig is compute.cache.advisor: an external cache advisor plugin
+// (sdk/cache.Advisor over go-plugin) that sizes the LFC once a period. It
+// is never on the per-page path.
+type AdvisorConfig struct {
+	// Plugin is the binary, its checksum, arguments and config section.
+	Plugin pluginhost.Spec
+	// Every is the period between two calls (default 5s).
+	Every time.Duration
+}
+
+// advisorHost runs the compute's external cache advisor: one plugin
+// process for the agent's life, launched at the first call and again after
+// it dies, asked once a period how large the LFC of the current start
+// should be (cache.RunAdvisor). While the plugin is down the LFC keeps its
+// capacity; launches that fail are retried with a doubling pause (one
+// period up to a minute).
+type advisorHost struct {
+	cfg   AdvisorConfig
+	base  zerolog.Logger // the agent's (RunAdvisor adds the component)
+	log   zerolog.Logger
+	calls *prometheus.CounterVec
+
+	mu       sync.Mutex
+	proc     *pluginhost.Process
+	client   *cache.AdvisorGRPCClient
+	failures int       // launches in a row that failed
+	retryAt  time.Time // no launch before this
+	launches int
+}
+
+func newAdvisorHost(cfg AdvisorConfig, log zerolog.Logger) *advisorHost {
+	if cfg.Every <= 0 {
+		cfg.Every = 5 * time.Second
+	}
+	if cfg.Plugin.Name == "" {
+		cfg.Plugin.Name = "cache-advisor"
+	}
+	return &advisorHost{cfg: cfg, base: log, log: log.With().Str("component", "cache-advisor").Logger(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "strata_compute_cache_advisor_calls_total",
+			Help: "Calls to the external cache advisor plugin by result: ok, failed (the plugin answered an error or died), down (no plugin process to ask).",
+		}, []string{"result"})}
+}
+
+// Advise implements cache.Advisor by asking the plugin process, launched
+// first when there is none.
+func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.Advice, error) {
+	c, err := h.get(ctx)
+	if err != nil {
+		h.calls.WithLabelValues("down").Inc()
+		return cache.Advice{}, err
+	}
+	adv, err := c.Advise(ctx, obs)
+	if err != nil {
+		h.calls.WithLabelValues("failed").Inc()
+		h.mu.Lock()
+		if h.proc != nil && h.proc.Exited() {
+			h.dropLocked("the cache advisor plugin exited")
+		}
+		h.mu.Unlock()
+		return cache.Advice{}, fmt.Errorf("cache advisor %s: %w", h.cfg.Plugin.Name, err)
+	}
+	h.calls.WithLabelValues("ok").Inc()
+	return adv, nil
+}
+
+// get returns the client of a running plugin, launching one if needed.
+func (h *advisorHost) get(ctx context.Context) (*cache.AdvisorGRPCClient, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc != nil && h.proc.Exited() {
+		h.dropLocked("the cache advisor plugin exited")
+	}
+	if h.proc != nil {
+		return h.client, nil
+	}
+	if now := time.Now(); now.Before(h.retryAt) {
+		return nil, fmt.Errorf("cache advisor %s: not running; next launch in %s", h.cfg.Plugin.Name, h.retryAt.Sub(now).Round(time.Second))
+	}
+	p, err := pluginhost.Launch(h.cfg.Plugin, cache.AdvisorPluginKind, cache.AdvisorProtocolVersion, &cache.AdvisorGRPCPlugin{}, pluginhost.Options{}, h.log)
+	if err == nil {
+		c, ok := p.Client().(*cache.AdvisorGRPCClient)
+		if !ok {
+			err = fmt.Errorf("cache advisor %s: the plugin served %T, not a cache advisor", h.cfg.Plugin.Name, p.Client())
+		} else if cerr := c.Configure(ctx, h.cfg.Plugin.ConfigJSON); cerr != nil {
+			err = fmt.Errorf("cache advisor %s: the plugin refused its config: %w", h.cfg.Plugin.Name, cerr)
+		} else {
+			h.proc, h.client = p, c
+			h.failures = 0
+			h.launches++
+			h.log.Info().Int("pid", p.PID()).Int("launches", h.launches).Msg("cache advisor plugin running")
+			return c, nil
+		}
+		p.Kill()
+	}
+	h.failures++
+	pause := h.cfg.Every
+	for i := 1; i < h.failures && pause < time.Minute; i++ {
+		pause *= 2
+	}
+	h.retryAt = time.Now().Add(min(pause, time.Minute))
+	h.log.Error().Err(err).Dur("retry_in", min(pause, time.Minute)).Msg("cache advisor plugin did not start; the LFC keeps its capacity")
+	return nil, err
+}
+
+func (h *advisorHost) dropLocked(why string) {
+	h.log.Warn().Int("pid", h.proc.PID()).Msg(why + "; launching it again at the next period")
+	h.proc.Kill()
+	h.proc, h.client = nil, nil
+}
+
+// close stops the plugin process.
+func (h *advisorHost) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc != nil {
+		h.proc.Kill()
+		h.proc, h.client = nil, nil
+	}
+}
+
+// run sizes c with the advisor until ctx ends or c is closed.
+func (h *advisorHost) run(ctx context.Context, c cache.Cache, budget int64, waits *cache.Waits) {
+	err := cache.RunAdvisor(ctx, c, h, cache.AdvisorOptions{Every: h.cfg.Every, BudgetBytes: budget, Waits: waits, Logger: h.base})
+	h.log.Debug().Err(err).Msg("cache advisor loop ended")
+}
