@@ -54,7 +54,7 @@ commit LSN from the AdvanceCommitLSN call.
 
 In redo mode (storage.page_source: redo) --timeline is the redo timeline:
 relation pages come from WAL ingest only (on top of the initdb output the
-compute imports), so --image-policy must be fpi or pushdown; --files-timeline
+compute imports), so --image-policy must be fpi, pushdown or hot; --files-timeline
 names the timeline of the compute's non-relation files (pg_control, pg_xact,
 ...), gated by the same safekeepers' commit LSN.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,6 +71,9 @@ names the timeline of the compute's non-relation files (pg_control, pg_xact,
 			}
 			if lvl, _ := cmd.Flags().GetString("log-level"); lvl != "" {
 				full.Log.Level = lvl
+			}
+			if f, _ := cmd.Flags().GetString("log-format"); f != "" {
+				full.Log.Format = f
 			}
 			log, err := logging.New(os.Stderr, full.Log.Level, full.Log.Format)
 			if err != nil {

@@ -98,6 +98,7 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad yaml", "objectstore: [\n", nil, []string{"not valid YAML"}},
 		{"bad env value", "", []string{"STRATA_LOG_LEVEL=loud"}, []string{"log.level", "loud"}},
 		{"bad strategy", "compute:\n  cache:\n    strategy: l2arc\n", nil, []string{"compute.cache.strategy", "l2arc"}},
+		{"lfc size in the file", "compute:\n  cache:\n    lfc:\n      size_bytes: 1000000\n", nil, []string{"unknown key compute.cache.lfc.size_bytes"}},
 		{"advisor without lfc", "compute:\n  cache:\n    advisor:\n      plugin:\n        path: /bin/true\n", nil, []string{"compute.cache.advisor", "needs compute.cache.strategy lfc"}},
 		{"advisor too often", "compute:\n  cache:\n    strategy: lfc\n    advisor:\n      every: 1ms\n      plugin:\n        path: /bin/true\n", nil, []string{"compute.cache.advisor.every", "1ms"}},
 		{"advisor settings without a path", "compute:\n  cache:\n    advisor:\n      plugin:\n        sha256: abc\n", nil, []string{"compute.cache.advisor.plugin", "without a path"}},

@@ -18,10 +18,11 @@ const MaxChunkPages = 128
 
 // Config is the LFC's configuration, mounted at compute.cache.lfc.
 type Config struct {
-	// SizeBytes is the capacity. When the compute derives cache sizes from
-	// one memory budget (plugins/cache/sharedbuffers.Plan), the budget's
-	// LFC share replaces it. It can change at run time (Cache.Resize).
-	SizeBytes int64 `mapstructure:"size_bytes" json:"size_bytes"`
+	// SizeBytes is the capacity. It can change at run time (Cache.Resize).
+	// It is not a config key: a strata compute takes it from its memory
+	// budget (plugins/cache/sharedbuffers.Plan), so a size in the file
+	// would be overwritten without a word; the loader refuses the key.
+	SizeBytes int64 `mapstructure:"-" json:"size_bytes"`
 	// Tier is "ram" (pages in the agent's heap) or "disk" (one
 	// preallocated file of chunk slots, read and written with pread and
 	// pwrite).
