@@ -71,8 +71,8 @@ type Config struct {
 func DefaultConfig() Config {
 	o := timeline.DefaultOptions()
 	return Config{
-		ListenAddr:          "127.0.0.1:6400",
-		MetricsAddr:         "127.0.0.1:9400",
+		ListenAddr:          "127.0.0.1:7679", // where strata up puts it, and strata compute looks
+		MetricsAddr:         "127.0.0.1:9679",
 		DataDir:             "data/pageserver",
 		ImagePolicy:         "writeback",
 		PushdownDeltas:      16,
