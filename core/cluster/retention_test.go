@@ -93,6 +93,13 @@ func TestStorageRetention(t *testing.T) {
 			t.Fatalf("the %s's /metrics has no strata_%s_disk_free_bytes", name, name)
 		}
 	}
+	// Every server answers /healthz: the safekeepers, the pageserver, and
+	// the compute agent with its state while Postgres runs.
+	for i, want := range map[int]string{0: "ok", 1: "ok", 2: "ok", 3: "ok", 4: "running"} {
+		if body := strings.TrimSpace(httpGet(t, ctx, "http://127.0.0.1:"+itoa(metrics+i)+"/healthz")); body != want {
+			t.Fatalf("/healthz on port %d: %q, want %q", metrics+i, body, want)
+		}
+	}
 	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM filler"); n != "100000" {
 		t.Fatalf("filler has %s rows, want 100000", n)
 	}

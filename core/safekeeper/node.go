@@ -251,6 +251,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})) // /metrics, and any other path as before
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 		coremetrics.HandleProfiler(mux)
 		hs := &http.Server{Addr: n.cfg.MetricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		goFn(func(ctx context.Context) {

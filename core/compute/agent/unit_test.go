@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/internal/pgtest"
@@ -153,4 +156,27 @@ func TestPrewarmerIgnoresEarlierStarts(t *testing.T) {
 	if r := p.report(); r.State != "done" || r.Loaded != 10 {
 		t.Fatalf("report after the current start's end: %+v", r)
 	}
+}
+
+// TestHealthz: the agent's /healthz is 200 only while Postgres runs.
+func TestHealthz(t *testing.T) {
+	a := &Agent{reg: prometheus.NewRegistry(), state: "mounting"}
+	h := a.Handler()
+	for _, c := range []struct {
+		state string
+		code  int
+	}{{"mounting", 503}, {"running", 200}, {"stopping", 503}} {
+		a.setStateQuiet(c.state)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		if rec.Code != c.code || strings.TrimSpace(rec.Body.String()) != c.state {
+			t.Errorf("state %s: %d %q, want %d", c.state, rec.Code, rec.Body.String(), c.code)
+		}
+	}
+}
+
+func (a *Agent) setStateQuiet(s string) {
+	a.mu.Lock()
+	a.state = s
+	a.mu.Unlock()
 }

@@ -183,11 +183,21 @@ func (c fsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Handler serves /metrics (Prometheus), /waits (the Report as JSON) and
-// Go's profiler (/debug/pprof/).
+// Handler serves /metrics (Prometheus), /waits (the Report as JSON),
+// /healthz (200 with "running" while Postgres serves, else 503 with the
+// agent's state) and Go's profiler (/debug/pprof/).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	metrics.HandleProfiler(mux)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		state := a.state
+		a.mu.Unlock()
+		if state != "running" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, state)
+	})
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/waits", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
