@@ -10,7 +10,8 @@
 // (launching, checksums, restarts) is core/pluginhost.
 //
 // It is not a general RPC layer: hot paths (per-page cache calls) must stay in
-// process, see DESIGN.md section 5.
+// process (docs/plugins.md, "Cost": a call across the boundary costs a few
+// hundred microseconds).
 package plugin
 
 import (
