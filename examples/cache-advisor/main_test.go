@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/sdk/cache"
+	"github.com/stratadb/strata/sdk/cache/cachetest"
 )
 
 func TestFit(t *testing.T) {
@@ -72,4 +73,16 @@ func TestFit(t *testing.T) {
 			t.Errorf("config %s accepted", bad)
 		}
 	}
+}
+
+// TestAcceptance runs the advisor contract's suite in process (the agent's
+// tests run it through the process boundary).
+func TestAcceptance(t *testing.T) {
+	cachetest.RunAdvisor(t, func(t *testing.T) cache.Advisor {
+		a, err := open(nil, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	})
 }

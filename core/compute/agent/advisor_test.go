@@ -18,6 +18,7 @@ import (
 	"github.com/stratadb/strata/core/pluginhost"
 	"github.com/stratadb/strata/plugins/cache/lfc"
 	"github.com/stratadb/strata/sdk/cache"
+	"github.com/stratadb/strata/sdk/cache/cachetest"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -144,4 +145,15 @@ func TestAdvisorPluginBadConfig(t *testing.T) {
 	if _, err := h2.Advise(context.Background(), obs); !errors.Is(err, pluginhost.ErrChecksum) {
 		t.Fatalf("wrong checksum: %v", err)
 	}
+}
+
+// TestAdvisorPluginAcceptance runs the advisor contract's suite against
+// the example plugin through the process boundary, as the agent calls it.
+func TestAdvisorPluginAcceptance(t *testing.T) {
+	bin := advisorPlugin(t)
+	cachetest.RunAdvisor(t, func(t *testing.T) cache.Advisor {
+		h := newAdvisorHost(AdvisorConfig{Plugin: pluginhost.Spec{Path: bin}}, zerolog.Nop())
+		t.Cleanup(h.close)
+		return h
+	})
 }
