@@ -375,14 +375,31 @@ func showRun(c *cobra.Command, r *results.Run) error {
 
 // benchRevision is the revision of the code under measurement: the binary's
 // VCS stamp, else the checkout the working folder is in, else the checkout
-// the matrix file is in (symbolic links followed).
+// the matrix file is in, else the checkout the strata binary is in (as
+// bin/strata after the README's build; symbolic links followed).
 func benchRevision(matrixPath string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = ""
+	}
+	return revisionOf(matrixPath, exe)
+}
+
+// revisionOf is benchRevision with the binary's path given.
+func revisionOf(matrixPath, exe string) string {
 	if rev := runner.GitRevision("."); rev != "unknown" {
 		return rev
 	}
-	p, err := filepath.EvalSymlinks(matrixPath)
-	if err != nil {
+	if p, err := filepath.EvalSymlinks(matrixPath); err == nil {
+		if rev := runner.GitRevision(filepath.Dir(p)); rev != "unknown" {
+			return rev
+		}
+	}
+	if exe == "" {
 		return "unknown"
 	}
-	return runner.GitRevision(filepath.Dir(p))
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		return runner.GitRevision(filepath.Dir(p))
+	}
+	return "unknown"
 }
