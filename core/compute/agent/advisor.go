@@ -39,6 +39,7 @@ type advisorHost struct {
 	proc     *pluginhost.Process
 	client   *cache.AdvisorGRPCClient
 	failures int       // launches in a row that failed
+	lastErr  error     // why the last launch or call failed
 	retryAt  time.Time // no launch before this
 	launches int
 }
@@ -69,6 +70,7 @@ func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.
 	if err != nil {
 		h.calls.WithLabelValues("failed").Inc()
 		h.mu.Lock()
+		h.lastErr = err
 		if h.proc != nil && h.proc.Exited() {
 			h.dropLocked("the cache advisor plugin exited")
 		}
@@ -109,6 +111,7 @@ func (h *advisorHost) get(ctx context.Context) (*cache.AdvisorGRPCClient, error)
 		p.Kill()
 	}
 	h.failures++
+	h.lastErr = err
 	pause := h.cfg.Every
 	for i := 1; i < h.failures && pause < time.Minute; i++ {
 		pause *= 2
@@ -122,6 +125,20 @@ func (h *advisorHost) dropLocked(why string) {
 	h.log.Warn().Int("pid", h.proc.PID()).Msg(why + "; launching it again at the next period")
 	h.proc.Kill()
 	h.proc, h.client = nil, nil
+}
+
+// status is the plugin's state for the agent's report.
+func (h *advisorHost) status() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.proc != nil:
+		return fmt.Sprintf("running (pid %d, every %s, %d launches)", h.proc.PID(), h.cfg.Every, h.launches)
+	case h.lastErr != nil:
+		return "down: " + h.lastErr.Error()
+	default:
+		return "not started yet"
+	}
 }
 
 // close stops the plugin process.

@@ -121,6 +121,9 @@ func TestAdvisorPluginSizesTheLFC(t *testing.T) {
 	if launches != 2 || newPID == pid {
 		t.Fatalf("launches %d, pid %d (killed %d): want a second process", launches, newPID, pid)
 	}
+	if s := h.status(); !strings.HasPrefix(s, "running (pid ") || !strings.Contains(s, "2 launches") {
+		t.Fatalf("status %q", s)
+	}
 	if ok := testutil.ToFloat64(h.calls.WithLabelValues("ok")); ok < 2 {
 		t.Fatalf("%v successful calls", ok)
 	}
@@ -139,6 +142,9 @@ func TestAdvisorPluginBadConfig(t *testing.T) {
 	}
 	if _, err := h.Advise(context.Background(), obs); err == nil || !strings.Contains(err.Error(), "next launch in") {
 		t.Fatalf("right after a failed launch: %v, want a wait", err)
+	}
+	if s := h.status(); !strings.HasPrefix(s, "down: ") || !strings.Contains(s, "refused its config") {
+		t.Fatalf("status %q", s)
 	}
 	h2 := newAdvisorHost(AdvisorConfig{Plugin: pluginhost.Spec{Path: bin, SHA256: strings.Repeat("0", 64)}}, zerolog.Nop())
 	defer h2.close()

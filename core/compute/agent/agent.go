@@ -400,9 +400,16 @@ func (a *Agent) Report() Report {
 	r := Report{State: a.state, Term: a.term, DurableEnd: a.e, Restarts: a.restarts,
 		ColdStart: a.coldStart.Round(time.Millisecond).String(), Strategy: a.cfg.Cache.Strategy,
 		Uptime: time.Since(a.born).Round(time.Second).String()}
-	f, be, rb := a.fs, a.be, a.rb
+	f, be, rb, l := a.fs, a.be, a.rb, a.lfc
 	a.mu.Unlock()
 	r.PageSource = a.cfg.PageSource
+	if l != nil {
+		st := l.Stats()
+		r.LFC = &LFCReport{CapacityBytes: st.CapacityBytes, UsedBytes: st.UsedBytes, BudgetBytes: a.sizing.LFCBytes}
+		if a.adv != nil {
+			r.LFC.Advisor = a.adv.status()
+		}
+	}
 	switch {
 	case a.cfg.Cache.Strategy == StrategyLFC:
 		r.Prewarm = a.pw.report()

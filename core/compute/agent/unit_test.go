@@ -89,6 +89,17 @@ func TestPrintReport(t *testing.T) {
 	}
 }
 
+func TestPrintReportLFC(t *testing.T) {
+	var buf bytes.Buffer
+	r := Report{State: "running", Strategy: "lfc", LFC: &LFCReport{CapacityBytes: 64 << 20, UsedBytes: 3 << 19, BudgetBytes: 384 << 20, Advisor: "running (pid 7, every 5s, 1 launches)"}}
+	if err := PrintReport(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "lfc: 1.5 MiB of 64.0 MiB in use (budget 384.0 MiB); advisor running (pid 7, every 5s, 1 launches)\n"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("report:\n%s\nwant the line %q", buf.String(), want)
+	}
+}
+
 func TestPrintReportReadAhead(t *testing.T) {
 	var buf bytes.Buffer
 	if err := PrintReport(&buf, Report{State: "running", Strategy: "shared-buffers", ReadAhead: ReadAheadReport{Fetched: 640, Used: 600, Dropped: 40, Batches: 10}}); err != nil {

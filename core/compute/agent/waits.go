@@ -68,6 +68,17 @@ type Report struct {
 	// ReadAhead counts the pages fetched ahead of sequential readers
 	// (compute.read_ahead) since the mount.
 	ReadAhead ReadAheadReport `json:"read_ahead"`
+	// LFC is the LFC's size now (lfc strategy, while mounted).
+	LFC *LFCReport `json:"lfc,omitempty"`
+}
+
+// LFCReport is the LFC's size: a cache advisor, when one runs, moves the
+// capacity within the budget (the plan's LFC share).
+type LFCReport struct {
+	CapacityBytes int64  `json:"capacity_bytes"`
+	UsedBytes     int64  `json:"used_bytes"`
+	BudgetBytes   int64  `json:"budget_bytes"`
+	Advisor       string `json:"advisor,omitempty"` // the advisor plugin's state; empty: none configured
 }
 
 // ReadAheadReport is the read-ahead's counters: pages fetched in batches,
@@ -156,6 +167,13 @@ func PrintReport(w io.Writer, r Report) error {
 			fmt.Fprintln(w)
 		}
 	}
+	if l := r.LFC; l != nil {
+		fmt.Fprintf(w, "lfc: %s of %s in use (budget %s)", mib(l.UsedBytes), mib(l.CapacityBytes), mib(l.BudgetBytes))
+		if l.Advisor != "" {
+			fmt.Fprintf(w, "; advisor %s", l.Advisor)
+		}
+		fmt.Fprintln(w)
+	}
 	if ra := r.ReadAhead; ra.Batches > 0 {
 		fmt.Fprintf(w, "read-ahead: %d pages fetched in %d batches, %d used, %d dropped unread\n", ra.Fetched, ra.Batches, ra.Used, ra.Dropped)
 	}
@@ -168,6 +186,8 @@ func PrintReport(w io.Writer, r Report) error {
 	}
 	return tw.Flush()
 }
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // fsCollector exports the current mount's counters (the mount changes on
 // every restart of Postgres; the counters restart with it).
