@@ -21,7 +21,15 @@ type AdvisorConfig struct {
 	Plugin pluginhost.Spec
 	// Every is the period between two calls (default 5s).
 	Every time.Duration
+	// CallTimeout bounds one call (default: the period, at least 2s).
+	// After hungCalls calls in a row run out of it, the plugin is taken
+	// for hung: it is killed and launched again at the next period.
+	CallTimeout time.Duration
 }
+
+// hungCalls is how many calls in a row may time out before the advisor
+// plugin is killed and launched again.
+const hungCalls = 3
 
 // advisorHost runs the compute's external cache advisor: one plugin
 // process for the agent's life, launched at the first call and again after
@@ -39,6 +47,7 @@ type advisorHost struct {
 	proc     *pluginhost.Process
 	client   *cache.AdvisorGRPCClient
 	failures int       // launches in a row that failed
+	timeouts int       // calls in a row that ran out of CallTimeout
 	lastErr  error     // why the last launch or call failed
 	retryAt  time.Time // no launch before this
 	launches int
@@ -50,6 +59,9 @@ func newAdvisorHost(cfg AdvisorConfig, log zerolog.Logger) *advisorHost {
 	}
 	if cfg.Plugin.Name == "" {
 		cfg.Plugin.Name = "cache-advisor"
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = max(cfg.Every, 2*time.Second)
 	}
 	return &advisorHost{cfg: cfg, base: log, log: log.With().Str("component", "cache-advisor").Logger(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,17 +78,35 @@ func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.
 		h.calls.WithLabelValues("down").Inc()
 		return cache.Advice{}, err
 	}
-	adv, err := c.Advise(ctx, obs)
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
+	adv, err := c.Advise(cctx, obs)
+	timedOut := err != nil && ctx.Err() == nil && cctx.Err() != nil
+	cancel()
 	if err != nil {
 		h.calls.WithLabelValues("failed").Inc()
+		if timedOut {
+			err = fmt.Errorf("no answer within %s: %w", h.cfg.CallTimeout, err)
+		}
 		h.mu.Lock()
 		h.lastErr = err
-		if h.proc != nil && h.proc.Exited() {
+		if timedOut {
+			h.timeouts++
+		} else {
+			h.timeouts = 0
+		}
+		switch {
+		case h.proc != nil && h.proc.Exited():
 			h.dropLocked("the cache advisor plugin exited")
+		case h.proc != nil && h.timeouts >= hungCalls:
+			h.timeouts = 0
+			h.dropLocked(fmt.Sprintf("the cache advisor plugin did not answer %d calls in a row: killing it", hungCalls))
 		}
 		h.mu.Unlock()
 		return cache.Advice{}, fmt.Errorf("cache advisor %s: %w", h.cfg.Plugin.Name, err)
 	}
+	h.mu.Lock()
+	h.timeouts = 0
+	h.mu.Unlock()
 	h.calls.WithLabelValues("ok").Inc()
 	return adv, nil
 }

@@ -49,7 +49,15 @@ func advisorPlugin(t *testing.T) string {
 	return advisorBin
 }
 
+// hangMode, as the test binary's only argument, makes it a cache advisor
+// plugin whose Advise never returns (a hung plugin).
+const hangMode = "advisor-test-mode=hang"
+
 func TestMain(m *testing.M) {
+	if len(os.Args) == 2 && os.Args[1] == hangMode {
+		cache.ServeAdvisorPlugin(func([]byte, zerolog.Logger) (cache.Advisor, error) { return hung{}, nil })
+		return
+	}
 	code := m.Run()
 	if advisorBuildDir != "" {
 		os.RemoveAll(advisorBuildDir)
@@ -162,4 +170,44 @@ func TestAdvisorPluginAcceptance(t *testing.T) {
 		t.Cleanup(h.close)
 		return h
 	})
+}
+
+type hung struct{}
+
+func (hung) Advise(context.Context, cache.Observation) (cache.Advice, error) { select {} }
+
+// TestAdvisorPluginHung: a plugin that stops answering costs each period
+// no more than the call timeout, and after three calls in a row without an
+// answer it is killed and launched again.
+func TestAdvisorPluginHung(t *testing.T) {
+	h := newAdvisorHost(AdvisorConfig{Every: time.Second, CallTimeout: 200 * time.Millisecond,
+		Plugin: pluginhost.Spec{Path: os.Args[0], Args: []string{hangMode}}}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	defer h.close()
+	obs := cache.Observation{Stats: cache.Stats{CapacityBytes: 1 << 20}, BudgetBytes: 1 << 20}
+	var pids []int
+	for i := 0; i < 4; i++ {
+		t0 := time.Now()
+		_, err := h.Advise(context.Background(), obs)
+		if err == nil || !strings.Contains(err.Error(), "no answer within 200ms") {
+			t.Fatalf("call %d: %v, want a timeout", i, err)
+		}
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Fatalf("call %d took %s", i, d)
+		}
+		h.mu.Lock()
+		if h.proc != nil {
+			pids = append(pids, h.proc.PID())
+		} else {
+			pids = append(pids, 0)
+		}
+		h.mu.Unlock()
+	}
+	// Calls 1-2 keep the first process, call 3 kills it, call 4 runs on a
+	// new one.
+	if pids[0] == 0 || pids[1] != pids[0] || pids[2] != 0 || pids[3] == 0 || pids[3] == pids[0] {
+		t.Fatalf("plugin pids after each call %v: want the same one twice, none after the third timeout, then a new one", pids)
+	}
+	if err := syscall.Kill(pids[0], 0); err == nil {
+		t.Fatalf("the hung plugin (pid %d) is still running", pids[0])
+	}
 }
