@@ -31,17 +31,8 @@ func TestFollowerOnRealWAL(t *testing.T) {
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "000000010000000000000001")
-	// A recycled segment: WAL-looking pages that name other LSNs, with
-	// garbage after their headers.
 	rng := rand.New(rand.NewPCG(7, 8))
-	old := make([]byte, len(seg))
-	for i := range old {
-		old[i] = byte(rng.Uint32())
-	}
-	for p := 0; p < len(old); p += PageSize {
-		copy(old[p:], seg[p:p+shortHeaderSize])
-		binary.LittleEndian.PutUint64(old[p+8:], uint64(segStart)+uint64(p)+3*pg.WALSegmentSize)
-	}
+	old := recycled(seg, segStart, rng)
 	if err := os.WriteFile(path, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +91,21 @@ func TestFollowerOnRealWAL(t *testing.T) {
 	t.Logf("%d records, W reached %s, %d half writes", len(ends), w, torn)
 }
 
+// recycled returns what a recycled segment file holds where seg will be
+// written: WAL-looking pages that name other LSNs, with garbage after
+// their headers.
+func recycled(seg []byte, segStart pg.LSN, rng *rand.Rand) []byte {
+	old := make([]byte, len(seg))
+	for i := range old {
+		old[i] = byte(rng.Uint32())
+	}
+	for p := 0; p < len(old); p += PageSize {
+		copy(old[p:], seg[p:p+shortHeaderSize])
+		binary.LittleEndian.PutUint64(old[p+8:], uint64(segStart)+uint64(p)+3*pg.WALSegmentSize)
+	}
+	return old
+}
+
 // TestFollowerMissingFolder: a follower whose folder is gone keeps W and
 // says why.
 func TestFollowerMissingFolder(t *testing.T) {
@@ -153,14 +159,7 @@ func BenchmarkFollowerWalk(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "000000010000000000000001")
 	rng := rand.New(rand.NewPCG(7, 8))
-	old := make([]byte, len(seg))
-	for i := range old {
-		old[i] = byte(rng.Uint32())
-	}
-	for p := 0; p < len(old); p += PageSize {
-		copy(old[p:], seg[p:p+shortHeaderSize])
-		binary.LittleEndian.PutUint64(old[p+8:], uint64(segStart)+uint64(p)+3*pg.WALSegmentSize)
-	}
+	old := recycled(seg, segStart, rng)
 	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		b.Fatal(err)
