@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/stratadb/strata/sdk/pg"
@@ -19,11 +18,7 @@ import (
 // it while a write is only half there.
 func TestFollowerOnRealWAL(t *testing.T) {
 	seg, segStart, recs := realWAL(t)
-	var ends []pg.LSN
-	for _, r := range recs {
-		ends = append(ends, r.end(pg.WALSegmentSize))
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	ends := recordEnds(recs)
 	isEnd := map[pg.LSN]bool{}
 	for _, e := range ends {
 		isEnd[e] = true
@@ -151,11 +146,7 @@ func TestFollowerNewCluster(t *testing.T) {
 // step writes the next 1-8 records.
 func BenchmarkFollowerWalk(b *testing.B) {
 	seg, segStart, recs := realWAL(b)
-	var ends []pg.LSN
-	for _, r := range recs {
-		ends = append(ends, r.end(pg.WALSegmentSize))
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	ends := recordEnds(recs)
 	dir := b.TempDir()
 	path := filepath.Join(dir, "000000010000000000000001")
 	rng := rand.New(rand.NewPCG(7, 8))

@@ -90,6 +90,16 @@ func realWAL(t testing.TB) (seg []byte, segStart pg.LSN, recs []walRec) {
 	return seg, pg.LSN(pg.WALSegmentSize), recs
 }
 
+// recordEnds returns the end of every record, in LSN order.
+func recordEnds(recs []walRec) []pg.LSN {
+	var ends []pg.LSN
+	for _, r := range recs {
+		ends = append(ends, r.end(pg.WALSegmentSize))
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	return ends
+}
+
 type walRec struct {
 	start pg.LSN
 	tot   int
@@ -120,11 +130,7 @@ func (r walRec) end(segSize uint64) pg.LSN {
 // end), exactly that record end.
 func TestLastRecordEndOnRealWAL(t *testing.T) {
 	seg, segStart, recs := realWAL(t)
-	var ends []pg.LSN
-	for _, r := range recs {
-		ends = append(ends, r.end(pg.WALSegmentSize))
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	ends := recordEnds(recs)
 	walEnd := ends[len(ends)-1]
 	pages := int((uint64(walEnd) - uint64(segStart) + PageSize - 1) / PageSize) // pages holding WAL
 	t.Logf("%d records, WAL ends at %s, %d pages", len(recs), walEnd, pages)
@@ -313,11 +319,7 @@ func TestLastRecordEndRandomPages(t *testing.T) {
 // highest record end at or below the cut, per pg_waldump.
 func TestRecordEndAtOrBelowOnRealWAL(t *testing.T) {
 	seg, segStart, recs := realWAL(t)
-	var ends []pg.LSN
-	for _, r := range recs {
-		ends = append(ends, r.end(pg.WALSegmentSize))
-	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	ends := recordEnds(recs)
 	floor, walEnd := ends[0], ends[len(ends)-1]
 	reads := 0
 	read := func(_ context.Context, from, to pg.LSN) ([]byte, error) {
