@@ -43,14 +43,17 @@ type advisorHost struct {
 	log   zerolog.Logger
 	calls *prometheus.CounterVec
 
-	mu       sync.Mutex
-	proc     *pluginhost.Process
-	client   *cache.AdvisorGRPCClient
-	failures int       // launches in a row that failed
-	timeouts int       // calls in a row that ran out of CallTimeout
-	lastErr  error     // why the last launch or call failed
-	retryAt  time.Time // no launch before this
-	launches int
+	mu         sync.Mutex
+	proc       *pluginhost.Process
+	client     *cache.AdvisorGRPCClient
+	failures   int           // launches in a row that failed
+	timeouts   int           // calls in a row that ran out of CallTimeout
+	launching  bool          // a launch runs (without the lock)
+	launchDone chan struct{} // closed when that launch has ended
+	closed     bool          // close was called: no more launches
+	lastErr    error         // why the last launch or call failed
+	retryAt    time.Time     // no launch before this
+	launches   int
 }
 
 func newAdvisorHost(cfg AdvisorConfig, log zerolog.Logger) *advisorHost {
@@ -112,33 +115,55 @@ func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.
 }
 
 // get returns the client of a running plugin, launching one if needed.
+// The launch runs without the lock, so that the agent's report (status)
+// does not wait for a plugin that is slow to start.
 func (h *advisorHost) get(ctx context.Context) (*cache.AdvisorGRPCClient, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	for h.launching {
+		// Another call is launching the plugin: wait for its outcome.
+		done := h.launchDone
+		h.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		h.mu.Lock()
+	}
 	if h.proc != nil && h.proc.Exited() {
 		h.dropLocked("the cache advisor plugin exited")
 	}
-	if h.proc != nil {
-		return h.client, nil
+	switch now := time.Now(); {
+	case h.proc != nil:
+		c := h.client
+		h.mu.Unlock()
+		return c, nil
+	case h.closed:
+		h.mu.Unlock()
+		return nil, fmt.Errorf("cache advisor %s: %w", h.cfg.Plugin.Name, cache.ErrClosed)
+	case now.Before(h.retryAt):
+		err := fmt.Errorf("cache advisor %s: not running (%v); next launch in %s", h.cfg.Plugin.Name, h.lastErr, h.retryAt.Sub(now).Round(time.Second))
+		h.mu.Unlock()
+		return nil, err
 	}
-	if now := time.Now(); now.Before(h.retryAt) {
-		return nil, fmt.Errorf("cache advisor %s: not running; next launch in %s", h.cfg.Plugin.Name, h.retryAt.Sub(now).Round(time.Second))
-	}
-	p, err := pluginhost.Launch(h.cfg.Plugin, cache.AdvisorPluginKind, cache.AdvisorProtocolVersion, &cache.AdvisorGRPCPlugin{}, pluginhost.Options{}, h.log)
-	if err == nil {
-		c, ok := p.Client().(*cache.AdvisorGRPCClient)
-		if !ok {
-			err = fmt.Errorf("cache advisor %s: the plugin served %T, not a cache advisor", h.cfg.Plugin.Name, p.Client())
-		} else if cerr := c.Configure(ctx, h.cfg.Plugin.ConfigJSON); cerr != nil {
-			err = fmt.Errorf("cache advisor %s: the plugin refused its config: %w", h.cfg.Plugin.Name, cerr)
-		} else {
-			h.proc, h.client = p, c
-			h.failures = 0
-			h.launches++
-			h.log.Info().Int("pid", p.PID()).Int("launches", h.launches).Msg("cache advisor plugin running")
-			return c, nil
-		}
+	h.launching, h.launchDone = true, make(chan struct{})
+	h.mu.Unlock()
+
+	p, c, err := h.launch(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.launching = false
+	close(h.launchDone)
+	if err == nil && h.closed {
 		p.Kill()
+		return nil, fmt.Errorf("cache advisor %s: %w", h.cfg.Plugin.Name, cache.ErrClosed)
+	}
+	if err == nil {
+		h.proc, h.client = p, c
+		h.failures = 0
+		h.launches++
+		h.log.Info().Int("pid", p.PID()).Int("launches", h.launches).Msg("cache advisor plugin running")
+		return c, nil
 	}
 	h.failures++
 	h.lastErr = err
@@ -149,6 +174,26 @@ func (h *advisorHost) get(ctx context.Context) (*cache.AdvisorGRPCClient, error)
 	h.retryAt = time.Now().Add(min(pause, time.Minute))
 	h.log.Error().Err(err).Dur("retry_in", min(pause, time.Minute)).Msg("cache advisor plugin did not start; the LFC keeps its capacity")
 	return nil, err
+}
+
+// launch starts the plugin and configures it (bounded by CallTimeout).
+func (h *advisorHost) launch(ctx context.Context) (*pluginhost.Process, *cache.AdvisorGRPCClient, error) {
+	p, err := pluginhost.Launch(h.cfg.Plugin, cache.AdvisorPluginKind, cache.AdvisorProtocolVersion, &cache.AdvisorGRPCPlugin{}, pluginhost.Options{}, h.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, ok := p.Client().(*cache.AdvisorGRPCClient)
+	if !ok {
+		p.Kill()
+		return nil, nil, fmt.Errorf("cache advisor %s: the plugin served %T, not a cache advisor", h.cfg.Plugin.Name, p.Client())
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
+	defer cancel()
+	if err := c.Configure(cctx, h.cfg.Plugin.ConfigJSON); err != nil {
+		p.Kill()
+		return nil, nil, fmt.Errorf("cache advisor %s: the plugin refused its config: %w", h.cfg.Plugin.Name, err)
+	}
+	return p, c, nil
 }
 
 func (h *advisorHost) dropLocked(why string) {
@@ -162,6 +207,8 @@ func (h *advisorHost) status() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
+	case h.launching:
+		return "starting"
 	case h.proc != nil:
 		return fmt.Sprintf("running (pid %d, every %s, %d launches)", h.proc.PID(), h.cfg.Every, h.launches)
 	case h.lastErr != nil:
@@ -175,6 +222,7 @@ func (h *advisorHost) status() string {
 func (h *advisorHost) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	if h.proc != nil {
 		h.proc.Kill()
 		h.proc, h.client = nil, nil
