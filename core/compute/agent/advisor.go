@@ -83,7 +83,10 @@ func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.CallTimeout)
 	adv, err := c.Advise(cctx, obs)
-	timedOut := err != nil && ctx.Err() == nil && cctx.Err() != nil
+	// Past the deadline counts even before the context's timer has fired
+	// (a loaded machine), when gRPC reports the server's reset instead.
+	deadline, _ := cctx.Deadline()
+	timedOut := err != nil && ctx.Err() == nil && (cctx.Err() != nil || !time.Now().Before(deadline))
 	cancel()
 	if err != nil {
 		h.calls.WithLabelValues("failed").Inc()
