@@ -398,4 +398,18 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	n3 := checkSnapshots(t, "empty disk", p3.c, snaps, remote)
 	np3 := comparePages(t, p3.c, tlID, srv.DataDir, rels, client.LatestLSN, 1)
 	t.Logf("empty local disk, object store alone (remote consistent %s): %d snapshot reads and %d pages equal", remote, n3, np3)
+
+	// A replacement pageserver on an empty disk, bound to the safekeepers:
+	// it resumes WAL ingest where the object store's layers end (which
+	// must be the end of a WAL record) and catches up to the end.
+	p3.kill9()
+	p4 := startProc(t, "ps4.log", "--data-dir", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", pgtest.FreePort(t)), "--store", storeDir,
+		"--safekeepers", strings.Join(sks, ","), "--timeline", tlID.String())
+	resume := p4.info(t).LSNs.LastRecord
+	if resume%8 != 0 {
+		t.Fatalf("the replacement pageserver resumes WAL ingest at %s, inside a WAL record", resume)
+	}
+	waitFor(t, time.Minute, "the replacement's ingest past the shutdown checkpoint", func() bool { return p4.info(t).LSNs.LastRecord > wEnd })
+	np4 := comparePages(t, p4.c, tlID, srv.DataDir, rels, client.LatestLSN, 1)
+	t.Logf("empty local disk with the safekeepers: ingest resumed at %s, caught up past %s, %d pages equal", resume, wEnd, np4)
 }

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -66,5 +69,72 @@ func TestCrashBetweenLayerWriteAndManifest(t *testing.T) {
 	// Block 9 was written at 109: at 105 it does not exist yet.
 	if _, err := tl2.Get(ctx, keyspace.RelBlock(rel.Page(9)), 105); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("page 9 at 105: %v", err)
+	}
+}
+
+// TestResumeAtRecordBoundary: the LSN a restarted timeline resumes WAL
+// ingest from (its last record LSN) is the end of a WAL record, never the
+// LSN just below the oldest version still in memory. A manifest saved
+// while ingested versions sat in memory named that LSN (0/2231F1F, say:
+// inside a record), and a pageserver that lost those versions in a kill
+// -9, or that started on an empty disk from the object store, opened its
+// WAL stream there and never ingested again.
+func TestResumeAtRecordBoundary(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	remote := &manifest.Remote{Store: objectstore.NewMemory()}
+	id := pg.TimelineID{0xE1}
+	tl := openT(t, dir, commit, remote, id, nil, 0)
+	// Two WAL records, ending at 0x1010 and 0x1018: their versions carry
+	// those LSNs, the timeline's last record LSN becomes 0x1018.
+	a := []Change{
+		{Key: keyspace.RelBlock(rel.Page(0)), LSN: 0x1010, Kind: layer.Image, Data: page(1)},
+		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x1018, Kind: layer.Image, Data: page(2)},
+	}
+	if err := tl.Ingest(ctx, a, 0x1018); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The next batch is ingested but not synced, and a manifest is saved
+	// meanwhile (the background loop does, after each flush and upload).
+	b := []Change{{Key: keyspace.RelBlock(rel.Page(2)), LSN: 0x2008, Kind: layer.Image, Data: page(3)}}
+	if err := tl.IngestBuffered(ctx, b, 0x2008); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.saveLocal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// kill -9 before the log was synced: the batch is lost.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), logPrefix) {
+			if err := os.Truncate(filepath.Join(dir, e.Name()), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tl2 := openT(t, dir, commit, remote, id, nil, 0)
+	defer tl2.Close()
+	if got := tl2.LSNs().LastRecord; got != 0x1018 {
+		t.Errorf("after a kill -9 the timeline resumes at %s, want 0/1018 (the end of the last record it holds)", got)
+	}
+	// A pageserver on an empty disk, from the object store alone.
+	tl3 := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl3.Close()
+	if got := tl3.LSNs().LastRecord; got != 0x1018 {
+		t.Errorf("from the object store the timeline resumes at %s, want 0/1018", got)
+	}
+	if got, err := tl3.GetPage(ctx, rel.Page(1), LatestLSN, 0); err != nil || !bytes.Equal(got, page(2)) {
+		t.Fatalf("page 1 from the object store: %v", err)
 	}
 }

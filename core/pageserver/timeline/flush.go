@@ -92,6 +92,7 @@ func (t *Timeline) flushFrozen(ctx context.Context) error {
 		t.mu.Lock()
 		t.layers = t.layers.Replace(nil, hs...)
 		t.frozen = t.frozen[1:]
+		delete(t.memFloor, fz)
 		t.lsnTimes = append(t.lsnTimes, lsnTime{t: t.d.Now(), lsn: hi})
 		if len(t.lsnTimes) > 4096 {
 			t.lsnTimes = t.lsnTimes[len(t.lsnTimes)-2048:]
@@ -125,12 +126,21 @@ func (t *Timeline) manifestLocked() *manifest.Manifest {
 	if t.d.Ancestor != nil {
 		m.Ancestor = t.d.Ancestor.id.String()
 	}
-	// Everything below the oldest version not yet in layer files is in them.
+	// Everything below the oldest version not yet in layer files is in
+	// them; the LSN is also where a restarted timeline resumes WAL ingest,
+	// so it is the floor of the in-memory layers (noteFloorLocked), not
+	// just below their oldest version.
 	dcl := pg.LSN(t.lastRecord.Load())
 	for _, mem := range append([]*layer.InMem{t.open}, t.frozen...) {
-		if _, _, lo, hi, _, _ := mem.Stats(); hi >= lo && lo > 0 && lo-1 < dcl {
-			dcl = lo - 1
+		_, _, lo, hi, _, _ := mem.Stats()
+		if hi < lo || lo == 0 {
+			continue
 		}
+		f, ok := t.memFloor[mem]
+		if !ok {
+			f = lo - 1
+		}
+		dcl = min(dcl, f, lo-1)
 	}
 	if len(t.pending) > 0 && t.pendingMin > 0 && t.pendingMin-1 < dcl {
 		dcl = t.pendingMin - 1

@@ -215,8 +215,9 @@ type Timeline struct {
 	open        *layer.InMem
 	logSeq      uint64
 	frozen      []*layer.InMem
-	pending     []layer.Version // W > commit LSN, in arrival order
-	pendingMin  pg.LSN          // the lowest LSN in pending (0 when it is empty)
+	memFloor    map[*layer.InMem]pg.LSN // per in-memory layer written to: its floor (noteFloorLocked)
+	pending     []layer.Version         // W > commit LSN, in arrival order
+	pendingMin  pg.LSN                  // the lowest LSN in pending (0 when it is empty)
 	pendingKeys map[keyspace.Key][]layer.Version
 	layers      *layermap.Map[*handle]
 	gen         uint64
@@ -303,6 +304,7 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		id: id, dir: dir, opts: opts, d: d,
 		log:         d.Log.With().Str("timeline", id.String()).Logger(),
 		pendingKeys: map[keyspace.Key][]layer.Version{},
+		memFloor:    map[*layer.InMem]pg.LSN{},
 		walWait:     make(chan struct{}),
 		cache:       newPageCache(opts.CacheBytes),
 		chains:      map[keyspace.Key]int{},
@@ -393,6 +395,7 @@ func (t *Timeline) removeStrays(hs []*handle) error {
 }
 
 func (t *Timeline) replayLogs() error {
+	floor := pg.LSN(t.lastRecord.Load())
 	ents, err := os.ReadDir(t.dir)
 	if err != nil {
 		return err
@@ -413,7 +416,7 @@ func (t *Timeline) replayLogs() error {
 		if err != nil {
 			return err
 		}
-		_, _, _, lsnMax, maxSeq, _ := m.Stats()
+		_, _, lsnMin, lsnMax, maxSeq, _ := m.Stats()
 		if m.Empty() {
 			if err := m.Remove(); err != nil {
 				return err
@@ -424,6 +427,9 @@ func (t *Timeline) replayLogs() error {
 			return err
 		}
 		t.frozen = append(t.frozen, m)
+		// The manifest's consistent LSN is a record end below every
+		// version the logs hold that its layer files do not.
+		t.noteFloorLocked(m, floor, lsnMin)
 		t.bumpSeq(maxSeq)
 		t.advanceLastRecord(lsnMax)
 		t.logSeq = s + 1
@@ -448,6 +454,28 @@ func (t *Timeline) newOpenLocked() error {
 	t.logSeq++
 	t.open = m
 	return nil
+}
+
+// noteFloorLocked records that versions from lo up were written to the
+// in-memory layer m while the timeline's last record LSN was lastRecord.
+//
+// A layer's floor is where WAL ingest resumes if the layer is lost (a
+// crash before its log was synced): at or below every version it holds,
+// and the end of a WAL record, because ingest can only start reading WAL
+// where a record starts. lo-1 is the first but not the second (versions
+// carry the end LSN of their record, so lo-1 lies inside it); the last
+// record LSN before the layer's first batch is both for ingested WAL,
+// whose versions all lie above it. Writes gated by W (writeback) can lie
+// below it; for them lo-1 is the floor, as no WAL is read again.
+// REQUIRES: t.mu held for writing.
+func (t *Timeline) noteFloorLocked(m *layer.InMem, lastRecord, lo pg.LSN) {
+	f := lastRecord
+	if lo > 0 && lo-1 < f {
+		f = lo - 1
+	}
+	if cur, ok := t.memFloor[m]; !ok || f < cur {
+		t.memFloor[m] = f
+	}
 }
 
 func (t *Timeline) bumpSeq(s uint64) {

@@ -199,6 +199,10 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 	}
 	open := t.open
 	floor := t.imageFloor
+	lo := minLSN(direct)
+	if len(direct) > 0 {
+		t.noteFloorLocked(open, pg.LSN(t.lastRecord.Load()), lo)
+	}
 	t.mu.Unlock()
 	if raised > 0 {
 		t.d.Metrics.raised(raised)
@@ -217,10 +221,13 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 			return err
 		}
 		// The background loop froze the layer meanwhile: use the new one.
-		t.mu.RLock()
+		t.mu.Lock()
 		open = t.open
 		closed := t.closed
-		t.mu.RUnlock()
+		if !closed {
+			t.noteFloorLocked(open, pg.LSN(t.lastRecord.Load()), lo)
+		}
+		t.mu.Unlock()
 		if closed {
 			return ErrClosed
 		}
@@ -299,6 +306,7 @@ func (t *Timeline) releaseLocked(commit pg.LSN) error {
 	}
 	// Versions stay visible in pendingKeys until they are in the log.
 	open := t.open
+	t.noteFloorLocked(open, pg.LSN(t.lastRecord.Load()), minLSN(rel))
 	if err := open.PutBatch(rel); err != nil {
 		t.mu.Unlock()
 		return err

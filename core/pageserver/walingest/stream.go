@@ -46,6 +46,12 @@ func (fs feedbacks) Report(tl pg.TimelineID, l timeline.LSNs) {
 // runs until ctx ends (the result is then ctx's error), the stream fails
 // (its error) or a record cannot be applied.
 func (in *Ingester) RunStream(ctx context.Context, src replication.Source, consumer string, start pg.LSN) (pg.LSN, error) {
+	if start%8 != 0 {
+		// Inside a record (records start 8-byte aligned): the reader
+		// would take any 4 bytes there for a record's length and could
+		// wait forever for a record that never comes.
+		return 0, fmt.Errorf("%w: cannot resume WAL ingest at %s: not the start of a WAL record (the timeline's last record LSN must be the end of a record)", wal.ErrCorrupt, start)
+	}
 	from := start - start%wal.PageSize
 	st, err := src.Stream(ctx, consumer, from)
 	if err != nil {
