@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // TestSafekeeperAndPageserverRestartedBySupervisor: strata up runs every
@@ -25,6 +27,25 @@ import (
 // itself is TestNoStaleReadAfterPageserverRestart (core/compute/psbackend).
 func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 	c, _ := newLFCCluster(t)
+	killServers(t, c, false, "safekeeper sk2", "safekeeper sk1", "pageserver")
+}
+
+// TestRedoPageserverRestartedBySupervisor: in redo mode the pageserver
+// builds every page from the WAL it ingests, so a pageserver that comes
+// back after a kill -9 must resume ingest where its layers end (the end of
+// a WAL record) and catch up, or every read of a page written since waits
+// and fails. Same ledger, checks and pg_amcheck as above.
+func TestRedoPageserverRestartedBySupervisor(t *testing.T) {
+	c, _ := newRedoCluster(t)
+	killServers(t, c, true, "pageserver")
+}
+
+// killServers starts c, writes a ledger of acknowledged inserts and kills
+// each named server (by its supervisor's name) with SIGKILL in turn while
+// inserts run; each must come back, with every acknowledged row there
+// (and, with ingest, the pageserver's WAL ingest caught up with Postgres'
+// WAL), pg_amcheck clean, and strata down must stop every server.
+func killServers(t *testing.T, c *Cluster, ingest bool, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	url, err := c.Up(ctx, func(s string) { t.Log(s) })
@@ -126,7 +147,7 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 	// fails at once is reported instead).
 	time.Sleep(time.Until(upAt.Add(11 * time.Second)))
 
-	for _, name := range []string{"safekeeper sk2", "safekeeper sk1", "pageserver"} {
+	for _, name := range names {
 		// Page writes in flight when the server dies: larger inserts
 		// in the background (shared_buffers is 16 MB, so they evict
 		// dirty pages to the pageserver all the time).
@@ -170,6 +191,9 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 		bg.Wait()
 		n := check("kill -9 of " + name)
 		t.Logf("%s: pid %d killed, pid %d serves %s later; %d acknowledged rows, all present", name, old, server(name), back.Round(time.Millisecond), n)
+		if name == "pageserver" && ingest {
+			caughtUp(t, ctx, c, url)
+		}
 	}
 	mu.Lock()
 	t.Logf("%d rows in inserts that failed (not acknowledged: the ledger does not count them)", next-acked)
@@ -206,4 +230,45 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 			}
 		}
 	}
+}
+
+// caughtUp waits until the pageserver's last record LSN reaches Postgres'
+// WAL flush position at the call.
+func caughtUp(t *testing.T, ctx context.Context, c *Cluster, url string) {
+	t.Helper()
+	var flush string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		err := func() error {
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.Background())
+			return conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&flush)
+		}()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reading Postgres' WAL flush LSN: %v", err)
+		}
+	}
+	want, err := pg.ParseLSN(flush)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last pg.LSN
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st, err := c.Status(ctx)
+		if err == nil {
+			last = st.PageserverLast
+			if last >= want {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted pageserver's last record LSN is %s a minute after Postgres flushed WAL to %s (status: %v)", last, want, err)
+		}
+	}
+	t.Logf("the restarted pageserver's last record LSN %s has reached Postgres' WAL flush LSN %s", last, want)
 }
