@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,7 +240,17 @@ func checkSnapshots(t *testing.T, name string, c *client.Client, snaps []snapsho
 // reads back the same after it; at the end the pages equal Postgres' data
 // files (masked); and a third process on an empty local disk with no
 // safekeepers serves the same pages from the object store alone.
-func TestKillPageserverDuringIngest(t *testing.T) {
+func TestKillPageserverDuringIngest(t *testing.T) { killDuringIngest(t, false) }
+
+// TestReplacePageserverDuringIngest is TestKillPageserverDuringIngest with
+// the second process on an empty local disk: a replacement machine that
+// has only the object store, whose manifest was published while versions
+// sat in memory, and the safekeepers. It must resume WAL ingest where the
+// object store's layers end (the end of a WAL record) and then serve
+// every snapshot taken from the first process.
+func TestReplacePageserverDuringIngest(t *testing.T) { killDuringIngest(t, true) }
+
+func killDuringIngest(t *testing.T, emptyDisk bool) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
@@ -338,12 +349,19 @@ func TestKillPageserverDuringIngest(t *testing.T) {
 	t.Logf("first process: %d object store faults injected", faultsFired(t, old))
 	t.Logf("killed -9 the pageserver (incarnation %x) at %+v", old.inc, before.LSNs)
 	time.Sleep(300 * time.Millisecond)
-	p2 := startProc(t, "ps2.log", append(common, "--faults-for", "3s", "--fault-seed", "2")...)
+	args2 := slices.Clone(common)
+	if emptyDisk {
+		args2[1] = t.TempDir() // --data-dir
+	}
+	p2 := startProc(t, "ps2.log", append(args2, "--faults-for", "3s", "--fault-seed", "2")...)
 	if p2.inc == old.inc {
 		t.Fatal("same incarnation after a restart")
 	}
-	if _, err := os.Stat(filepath.Join(psDir, "bootstrap-"+tlID.String()+".done")); err != nil {
+	if _, err := os.Stat(filepath.Join(psDir, "bootstrap-"+tlID.String()+".done")); err != nil && !emptyDisk {
 		t.Fatalf("bootstrap marker: %v", err)
+	}
+	if emptyDisk {
+		t.Logf("the replacement on an empty disk resumes WAL ingest at %s", p2.info(t).LSNs.LastRecord)
 	}
 	if b, _ := os.ReadFile(p2.log); bytes.Contains(b, []byte("timeline bootstrapped")) {
 		t.Fatal("the restarted pageserver imported the bootstrap folder again")

@@ -94,22 +94,30 @@ func ControlCheckpoint(dir string) (pg.LSN, error) {
 // written once the imported versions are durable (the commit LSN reached
 // the checkpoint), and a timeline whose last record is past the
 // checkpoint has ingested or taken writes after its base. Until then an
-// interrupted import is redone (the same versions at the same LSN). It
-// returns a function that writes the marker when the base is durable.
+// interrupted import is redone (the same versions at the same LSN). A
+// timeline that has a base while the directory is no longer a cleanly
+// stopped one (Postgres has run on it since) was imported too: a
+// replacement pageserver on an empty disk finds it in the object store,
+// without the marker. It returns a function that writes the marker when
+// the base is durable.
 func bootstrap(ctx context.Context, ps *pageserver.Pageserver, o Options) (func(context.Context), error) {
 	marker := filepath.Join(o.Config.DataDir, "bootstrap-"+o.Timeline.String()+".done")
 	if _, err := os.Stat(marker); err == nil {
 		return nil, nil
 	}
+	tl, terr := ps.Timeline(o.Timeline)
 	w, err := ControlCheckpoint(o.BootstrapFrom)
-	if err != nil {
-		return nil, err
-	}
-	tl, err := ps.Timeline(o.Timeline)
-	if err == nil && tl.LSNs().LastRecord > w {
+	if terr == nil && tl.LSNs().LastRecord > 0 && (err != nil || tl.LSNs().LastRecord > w) {
+		if err != nil {
+			o.Log.Info().Stringer("timeline", o.Timeline).Stringer("last_record", tl.LSNs().LastRecord).Str("reason", err.Error()).
+				Msg("bootstrap data directory not imported: the timeline already has its base")
+		}
 		return nil, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	if terr != nil {
 		if tl, err = ps.CreateTimeline(ctx, o.Timeline); err != nil {
 			return nil, err
 		}
