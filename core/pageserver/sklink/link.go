@@ -184,10 +184,10 @@ const stallSlack = 8192
 
 // watchIngest cancels a WAL stream that delivers nothing while the
 // group's commit LSN is ahead of the timeline's last ingested record (a
-// stream that hangs; seen once after a restart of the whole cluster; one
-// cause was found and fixed: a restart resuming ingest inside a record,
-// see timeline.noteFloorLocked): a GetPage that waits for that WAL would
-// otherwise time out. The caller opens a new stream.
+// stream that hangs; seen once after a restart of the whole cluster,
+// cause not found yet; a restart that resumed inside a WAL record, fixed
+// since, looked the same from here): a GetPage that waits for that WAL
+// would otherwise time out. The caller opens a new stream.
 func (l *Link) watchIngest(ctx context.Context, cancel context.CancelFunc, tl *timeline.Timeline) {
 	t := time.NewTicker(ingestStall)
 	defer t.Stop()
