@@ -100,14 +100,21 @@ func (h *advisorHost) Advise(ctx context.Context, obs cache.Observation) (cache.
 		} else {
 			h.timeouts = 0
 		}
+		var dead *pluginhost.Process
 		switch {
 		case h.proc != nil && h.proc.Exited():
-			h.dropLocked("the cache advisor plugin exited")
+			dead = h.dropLocked("the cache advisor plugin exited")
 		case h.proc != nil && h.timeouts >= hungCalls:
 			h.timeouts = 0
-			h.dropLocked(fmt.Sprintf("the cache advisor plugin did not answer %d calls in a row: killing it", hungCalls))
+			dead = h.dropLocked(fmt.Sprintf("the cache advisor plugin did not answer %d calls in a row: killing it", hungCalls))
 		}
 		h.mu.Unlock()
+		if dead != nil {
+			// Not under the lock: a plugin that does not answer takes
+			// go-plugin's grace period (2 s) to die, and the agent's
+			// report (status) would wait for it.
+			dead.Kill()
+		}
 		return cache.Advice{}, fmt.Errorf("cache advisor %s: %w", h.cfg.Plugin.Name, err)
 	}
 	h.mu.Lock()
@@ -134,7 +141,7 @@ func (h *advisorHost) get(ctx context.Context) (*cache.AdvisorGRPCClient, error)
 		h.mu.Lock()
 	}
 	if h.proc != nil && h.proc.Exited() {
-		h.dropLocked("the cache advisor plugin exited")
+		h.dropLocked("the cache advisor plugin exited").Kill() // exited: Kill only reaps
 	}
 	switch now := time.Now(); {
 	case h.proc != nil:
@@ -199,10 +206,13 @@ func (h *advisorHost) launch(ctx context.Context) (*pluginhost.Process, *cache.A
 	return p, c, nil
 }
 
-func (h *advisorHost) dropLocked(why string) {
-	h.log.Warn().Int("pid", h.proc.PID()).Msg(why + "; launching it again at the next period")
-	h.proc.Kill()
+// dropLocked forgets the running plugin and returns its process, for the
+// caller to kill (after unlocking, when it may still be alive).
+func (h *advisorHost) dropLocked(why string) *pluginhost.Process {
+	p := h.proc
+	h.log.Warn().Int("pid", p.PID()).Msg(why + "; launching it again at the next period")
 	h.proc, h.client = nil, nil
+	return p
 }
 
 // status is the plugin's state for the agent's report.
