@@ -49,7 +49,9 @@ type PairGroup struct {
 }
 
 // Summary is the mean of the ratios, its 95% confidence interval (t
-// distribution; NaN for a single pair) and the geometric mean.
+// distribution; NaN for a single pair; a lower bound below zero, which
+// two scattered pairs can give, is 0: no ratio is negative) and the
+// geometric mean.
 func (g PairGroup) Summary() (mean, lo, hi, geo float64) {
 	n := float64(len(g.Pairs))
 	var sum, logSum float64
@@ -66,7 +68,7 @@ func (g PairGroup) Summary() (mean, lo, hi, geo float64) {
 		ss += (p.Ratio() - mean) * (p.Ratio() - mean)
 	}
 	half := tQuantile975(len(g.Pairs)-1) * math.Sqrt(ss/(n-1)/n)
-	return mean, mean - half, mean + half, geo
+	return mean, max(mean-half, 0), mean + half, geo
 }
 
 // tQuantile975 is the 97.5th percentile of Student's t distribution with

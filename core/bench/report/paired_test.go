@@ -50,6 +50,14 @@ func TestPairs(t *testing.T) {
 	if !near(mean, 0.85) || !near(lo, 0.85-0.6353) || !near(hi, 0.85+0.6353) || !near(geo, math.Sqrt(0.72)) {
 		t.Fatalf("summary %v %v %v %v", mean, lo, hi, geo)
 	}
+	// Ratios 0.2 and 1.8: the t interval reaches below zero; no ratio can.
+	wide := PairGroup{Pairs: []Pair{
+		{Run: pairRun(20, "strata", c16, 1, 200, 1, "ok"), Base: pairRun(21, "stock-sync", c16, 1, 1000, 1, "ok")},
+		{Run: pairRun(22, "strata", c16, 1, 1800, 1, "ok"), Base: pairRun(23, "stock-sync", c16, 1, 1000, 1, "ok")},
+	}}
+	if m, lo, hi, _ := wide.Summary(); !near(m, 1) || lo != 0 || !near(hi, 1+12.706*0.8) {
+		t.Fatalf("wide summary %v %v-%v, want 1 and 0-%v", m, lo, hi, 1+12.706*0.8)
+	}
 	if _, lo, _, _ := groups[1].Summary(); !math.IsNaN(lo) {
 		t.Fatalf("one pair has a confidence interval: %v", lo)
 	}
