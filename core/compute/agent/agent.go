@@ -632,7 +632,7 @@ func (a *Agent) start(ctx context.Context) error {
 	src := WALSource{Safekeepers: a.cfg.Safekeepers, Archive: a.cfg.Archive, Prefix: a.cfg.ArchivePrefix}
 	if fresh {
 		if e > 0 {
-			return fmt.Errorf("%w: the safekeepers agree on WAL up to %s, but timeline %s has no files: they belong to another cluster (start from empty safekeepers, or use the timeline they were written for)", ErrNotEmpty, e, tl)
+			return fmt.Errorf("%w: the safekeepers agree on WAL up to %s, but timeline %s has no files: they belong to another cluster (start from empty safekeepers, or use the timeline they were written for), or the pageserver lost its folder before it uploaded the files (its local folder is state, not a cache: docs/operator.md)", ErrNotEmpty, e, tl)
 		}
 		if a.cfg.Password == "" {
 			return fmt.Errorf("%w: a new cluster needs the superuser password for initdb", ErrConfig)
