@@ -270,6 +270,33 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1001 {
 		t.Fatalf("after restart: %d rows, %v", n, err)
 	}
+	conn.Close(ctx)
+	exec1(t, ctx, url, "INSERT INTO t VALUES (1002, 'before the folder is lost')")
+	upWithoutPageserverFolder(t, ctx, c)
+	url, err = c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM t"); got != "1002" {
+		t.Fatalf("after a start on an empty pageserver folder: %s rows, want 1002", got)
+	}
+}
+
+// upWithoutPageserverFolder stops c and deletes the pageserver's folder:
+// strata down published every timeline to the object store, so the next
+// start serves everything from it.
+func upWithoutPageserverFolder(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(c.dataDir, "pageserver")
+	if b, err := os.ReadFile(filepath.Join(dir, "pageserver.log")); err != nil || !strings.Contains(string(b), "every timeline published to the object store") {
+		t.Fatalf("the pageserver's log does not say it published everything at its stop (%v):\n%s", err, tail(filepath.Join(dir, "pageserver.log"), 4096))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCommitsNeedAQuorum(t *testing.T) {

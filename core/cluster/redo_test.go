@@ -149,6 +149,16 @@ func TestRedoUpDownUp(t *testing.T) {
 	}
 	pgtool(t, url, "pg_amcheck", "--all", "--heapallindexed")
 	t.Logf("after down and up (%s): same data, pg_amcheck clean", time.Since(t1).Round(time.Millisecond))
+	upWithoutPageserverFolder(t, ctx, c)
+	t2 := time.Now()
+	if url, err = c.Up(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, redoCheckSQL); got != want {
+		t.Fatalf("after a start on an empty pageserver folder: %s, want %s", got, want)
+	}
+	pgtool(t, url, "pg_amcheck", "--all", "--heapallindexed")
+	t.Logf("after down, the pageserver's folder deleted, and up (%s): same data, pg_amcheck clean", time.Since(t2).Round(time.Millisecond))
 	// The WAL stream hang of docs/redo.md (Known problems): count how
 	// often the pageserver had to reopen its stream.
 	if b, err := os.ReadFile(filepath.Join(c.dataDir, "pageserver", "pageserver.log")); err == nil {

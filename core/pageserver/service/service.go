@@ -188,6 +188,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer ps.Close()
+	// A graceful stop (SIGTERM: strata down) publishes everything before
+	// the timelines close, once ingest has stopped (the link's defer runs
+	// first).
+	graceful := false
+	defer func() {
+		if graceful {
+			publishAll(ps, log, publishLimit)
+		}
+	}()
 	// Before the link starts: ingest must not see the timeline half
 	// imported.
 	var markDone func(context.Context)
@@ -245,6 +254,7 @@ func Run(ctx context.Context, o Options) error {
 	select {
 	case <-ctx.Done():
 		log.Info().Msg("shutting down")
+		graceful = true
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		select {
@@ -258,5 +268,34 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		}
 		return err
+	}
+}
+
+// publishLimit bounds publishAll: within `strata down`'s 30 s for the
+// pageserver, with room for the rest of the stop.
+const publishLimit = 20 * time.Second
+
+// publishAll flushes every timeline's in-memory layers and uploads every
+// layer and the manifest, so that the object store alone holds the
+// timelines and a pageserver can start on an empty folder from it. What
+// does not make it within limit stays in the local folder, which the next
+// start uses as always.
+func publishAll(ps *pageserver.Pageserver, log zerolog.Logger, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	start := time.Now()
+	ok := true
+	for _, tl := range ps.Timelines() {
+		err := tl.Flush(ctx)
+		if err == nil {
+			err = tl.Upload(ctx)
+		}
+		if err != nil {
+			ok = false
+			log.Warn().Err(err).Stringer("timeline", tl.ID()).Msg("timeline not wholly published to the object store at shutdown; the local folder holds the rest")
+		}
+	}
+	if ok {
+		log.Info().Dur("took", time.Since(start)).Int("timelines", len(ps.Timelines())).Msg("every timeline published to the object store")
 	}
 }
