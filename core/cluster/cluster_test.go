@@ -872,3 +872,61 @@ func TestAgentRestartedBySupervisor(t *testing.T) {
 		t.Fatalf("after up: %d rows, %v; want 1001", n, err)
 	}
 }
+
+// TestPageserverFolderLostWhileRunning: the pageserver's folder is lost
+// while the cluster runs (kill -9 of the pageserver and its supervisor,
+// folder deleted) after a clean stop had published everything. The new
+// pageserver serves the object store's older state, whose pg_control
+// says Postgres shut down cleanly; the safekeepers hold the WAL written
+// since. The agent must make Postgres replay that WAL (crash recovery
+// from the old checkpoint) rather than start clean and write over it:
+// the row committed after the clean stop is there.
+func TestPageserverFolderLostWhileRunning(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 1000) g")
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if url, err = c.Up(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "INSERT INTO t VALUES (1001, 'after the clean stop')")
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Procs {
+		if p.Name != "pageserver" {
+			continue
+		}
+		kids := childPIDs(p.PID)
+		for _, pid := range append([]int{p.PID}, kids...) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(10 * time.Second); p.Alive(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the pageserver's supervisor is alive 10 s after kill -9")
+			}
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(c.dataDir, "pageserver")); err != nil {
+		t.Fatal(err)
+	}
+	if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM t"); got != "1001" {
+		t.Fatalf("%s rows after the pageserver's folder was lost, want 1001 (the last one committed after the clean stop)", got)
+	}
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	if clog := tail(filepath.Join(c.dataDir, "compute", "compute.log"), 1<<20); !strings.Contains(clog, "Postgres runs crash recovery to the end of it") {
+		t.Fatal("the agent did not log that it forced crash recovery past the clean shutdown")
+	}
+}

@@ -663,6 +663,9 @@ func (a *Agent) start(ctx context.Context) error {
 			return err
 		}
 		a.log.Info().Str("redo", ctl.Redo.String()).Str("checkpoint", ctl.Checkpoint.String()).Str("end", e.String()).Int("segments", n2).Dur("took", time.Since(tf)).Msg("pg_wal filled from the safekeepers")
+		if err := a.recoverPastCleanShutdown(ctx, be, buf[:n], ctl, walDir, e); err != nil {
+			return err
+		}
 	}
 
 	l, err := newLFC(a.cfg.Cache, a.sizing, a.cfg.Scratch, a.waits, a.log)
@@ -807,6 +810,42 @@ func (a *Agent) importBase(ctx context.Context, dir string) error {
 		return fmt.Errorf("agent: importing initdb's output into the redo timeline %s: %w", a.cfg.Timeline, err)
 	}
 	a.log.Info().Stringer("timeline", a.cfg.Timeline).Stringer("checkpoint", ctl.Checkpoint).Dur("took", time.Since(t0)).Msg("initdb's output imported as the redo timeline's base")
+	return nil
+}
+
+// recoverPastCleanShutdown makes Postgres replay the WAL that follows a
+// clean shutdown checkpoint. A stored pg_control that says Postgres shut
+// down cleanly while the safekeepers hold WAL records after that
+// checkpoint is older than the WAL: the pageserver lost the newer one (it
+// restarted before the running server's pg_control became durable, or it
+// started on an empty folder from an object store that lacked it).
+// Postgres would start without replaying anything and write over that
+// WAL, acknowledged commits included; with the state of a running server
+// it runs crash recovery from the checkpoint to E instead, which is what
+// the stored pages need (they may be newer than the checkpoint, as after
+// any crash). The rewritten pg_control is stored at W = E.
+func (a *Agent) recoverPastCleanShutdown(ctx context.Context, be fusefs.Backend, control []byte, ctl Control, walDir string, e pg.LSN) error {
+	if ctl.State != dbShutdowned {
+		return nil
+	}
+	after, err := RecordsAfter(walDir, ctl.Checkpoint, e)
+	if err != nil {
+		// Postgres reads the same WAL and says what it finds.
+		a.log.Warn().Err(err).Msg("not checked for WAL past the clean shutdown checkpoint")
+		return nil
+	}
+	if !after {
+		return nil
+	}
+	b, err := ForceCrashRecovery(control)
+	if err != nil {
+		return err
+	}
+	if err := be.WriteFile(ctx, ControlFile, 0, b, e); err != nil {
+		return fmt.Errorf("agent: storing pg_control for crash recovery: %w", err)
+	}
+	a.log.Warn().Stringer("checkpoint", ctl.Checkpoint).Stringer("end", e).
+		Msg("stored pg_control says Postgres shut down cleanly, but the safekeepers hold WAL after that checkpoint: the stored files are older than the WAL; Postgres runs crash recovery to the end of it")
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 
@@ -59,6 +60,59 @@ func ParseControl(b []byte) (Control, error) {
 		return Control{}, fmt.Errorf("%w: checkpoint %s, redo %s, timeline %d", ErrControl, c.Checkpoint, c.Redo, c.Timeline)
 	}
 	return c, nil
+}
+
+// pg_control's DBState values the agent uses, and where its CRC-32C (over
+// the bytes before it) lies in PostgreSQL 15's ControlFileData.
+const (
+	dbShutdowned    = 1
+	dbInProduction  = 6
+	controlCRCStart = 288
+)
+
+// ForceCrashRecovery returns a copy of the pg_control b with the state of
+// a running server (DB_IN_PRODUCTION) and its CRC updated: Postgres then
+// runs crash recovery from the checkpoint's REDO point to the end of
+// pg_wal at its next start instead of trusting a clean shutdown.
+func ForceCrashRecovery(b []byte) ([]byte, error) {
+	if _, err := ParseControl(b); err != nil {
+		return nil, err
+	}
+	if len(b) < controlCRCStart+4 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrControl, len(b))
+	}
+	le := binary.LittleEndian
+	if got, want := le.Uint32(b[controlCRCStart:]), crc32.Checksum(b[:controlCRCStart], castagnoli); got != want {
+		return nil, fmt.Errorf("%w: CRC %08x, computed %08x", ErrControl, got, want)
+	}
+	out := bytes.Clone(b)
+	le.PutUint32(out[16:], dbInProduction)
+	le.PutUint32(out[controlCRCStart:], crc32.Checksum(out[:controlCRCStart], castagnoli))
+	return out, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// RecordsAfter reports whether the WAL in dir (pg_wal) holds a record
+// after the one at checkpoint that starts below end.
+func RecordsAfter(dir string, checkpoint, end pg.LSN) (bool, error) {
+	src, err := wal.OpenDir(dir)
+	if err != nil {
+		return false, err
+	}
+	defer src.Close()
+	r := wal.NewReader(src, checkpoint)
+	if _, err := r.Next(); err != nil {
+		return false, fmt.Errorf("agent: reading the checkpoint record at %s: %w", checkpoint, err)
+	}
+	rec, err := r.Next()
+	if errors.Is(err, wal.ErrEndOfWAL) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return rec.LSN < end, nil
 }
 
 // WALSource says where the agent fetches WAL for pg_wal.
