@@ -99,10 +99,7 @@ func (l *Local) Evict(ctx context.Context, id pg.TimelineID) (int, error) {
 		return 0, err
 	}
 	for i := 0; i < 50; i++ {
-		if err := tl.Flush(ctx); err != nil {
-			return 0, err
-		}
-		if err := tl.Upload(ctx); err != nil {
+		if err := tl.Publish(ctx); err != nil {
 			return 0, err
 		}
 		tl.EvictCold()

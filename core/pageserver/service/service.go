@@ -286,11 +286,7 @@ func publishAll(ps *pageserver.Pageserver, log zerolog.Logger, limit time.Durati
 	start := time.Now()
 	ok := true
 	for _, tl := range ps.Timelines() {
-		err := tl.Flush(ctx)
-		if err == nil {
-			err = tl.Upload(ctx)
-		}
-		if err != nil {
+		if err := tl.Publish(ctx); err != nil {
 			ok = false
 			log.Warn().Err(err).Stringer("timeline", tl.ID()).Msg("timeline not wholly published to the object store at shutdown; the local folder holds the rest")
 		}

@@ -138,9 +138,9 @@ func (t *Timeline) manifestLocked() *manifest.Manifest {
 		}
 		f, ok := t.memFloor[mem]
 		if !ok {
-			f = lo - 1
+			f = lo - 1 // not reached: every write notes its floor first
 		}
-		dcl = min(dcl, f, lo-1)
+		dcl = min(dcl, f)
 	}
 	if len(t.pending) > 0 && t.pendingMin > 0 && t.pendingMin-1 < dcl {
 		dcl = t.pendingMin - 1
@@ -179,6 +179,16 @@ func (t *Timeline) saveLocal() error {
 		t.d.Metrics.manifestSaves.Inc()
 	}
 	return nil
+}
+
+// Publish flushes the in-memory layers to layer files and uploads them
+// with the manifest: afterwards the object store alone holds every
+// version the timeline had made durable when Publish was called.
+func (t *Timeline) Publish(ctx context.Context) error {
+	if err := t.Flush(ctx); err != nil {
+		return err
+	}
+	return t.Upload(ctx)
 }
 
 // Upload uploads every layer file not yet in the object store (in
