@@ -23,6 +23,7 @@ type metrics struct {
 	diskFull    prometheus.Gauge
 	slowRaw     prometheus.Counter
 	peerPolls   prometheus.Counter
+	fromArchive prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
@@ -53,11 +54,13 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 			Help: "Raw WAL-path system calls that took longer than 100 ms; each sends the next 10 s of calls the usual way (raw_syscalls).", ConstLabels: c}),
 		peerPolls: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_peer_poll_rounds_total",
 			Help: "Rounds of status calls to the peers (for the commit LSN); one per flush of this node's at most, else every 50 ms while its flushed WAL is not known committed, else every second.", ConstLabels: c}),
+		fromArchive: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_archive_read_bytes_total",
+			Help: "Archived WAL read back to stream WAL this safekeeper removed (to a pageserver resuming below its start LSN).", ConstLabels: c}),
 	}
 	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
 		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, free} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, m.fromArchive, free} {
 			reg.MustRegister(col)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -55,15 +56,17 @@ type Deps struct {
 
 // Node is one running safekeeper.
 type Node struct {
-	cfg     Config
-	log     zerolog.Logger
-	reg     *prometheus.Registry
-	m       *metrics
-	st      *walstore.Store
-	arch    *archive.Archiver
-	peers   []*server.Client
-	grpcSrv *grpc.Server
-	lis     net.Listener
+	cfg  Config
+	log  zerolog.Logger
+	reg  *prometheus.Registry
+	m    *metrics
+	st   *walstore.Store
+	arch *archive.Archiver
+	// archStore holds the archive (set with arch).
+	archStore objectstore.Store
+	peers     []*server.Client
+	grpcSrv   *grpc.Server
+	lis       net.Listener
 
 	mu        sync.Mutex
 	acc       *election.Acceptor
@@ -137,6 +140,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	if deps.Archive != nil && cfg.Archive.Enabled {
 		rank, size := groupRank(cfg.ListenAddr, cfg.Peers)
+		n.archStore = deps.Archive
 		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter,
 			Rank: rank, GroupSize: size, Takeover: cfg.Archive.Takeover, Logger: log}, st)
 	}
@@ -533,6 +537,11 @@ func (n *Node) peerLoop(ctx context.Context) {
 				}
 				n.mu.Lock()
 				n.peerFlush[p.Addr] = peerInfo{term: st.Term, flush: st.FlushLSN, at: time.Now()}
+				// A consumer streams from one member; the others learn
+				// its progress here (for removalBound).
+				for id, fb := range st.Consumers {
+					n.noteConsumerLocked(id, fb)
+				}
 				n.mu.Unlock()
 			}(p)
 		}
@@ -639,6 +648,12 @@ func (n *Node) Sent(b int) { n.m.bytesOut.Add(float64(b)) }
 func (n *Node) Feedback(consumer string, fb server.Feedback) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.noteConsumerLocked(consumer, fb)
+}
+
+// noteConsumerLocked merges a consumer's progress, reported by the
+// consumer or by a peer, into what this node knows. REQUIRES: n.mu held.
+func (n *Node) noteConsumerLocked(consumer string, fb server.Feedback) {
 	old := n.consumers[consumer]
 	n.consumers[consumer] = server.Feedback{Received: max(old.Received, fb.Received),
 		Durable: max(old.Durable, fb.Durable), Uploaded: max(old.Uploaded, fb.Uploaded)}
@@ -665,10 +680,11 @@ func (n *Node) Status() server.Status {
 	n.mu.Lock()
 	a := n.acc.State()
 	commit := n.commit
+	consumers := maps.Clone(n.consumers)
 	n.mu.Unlock()
 	return server.Status{ID: n.cfg.ID, Term: a.Term, ComputeID: a.ComputeID, Accepted: a.Accepted, History: a.History,
 		StartLSN: c.StartLSN, FlushLSN: c.FlushLSN, CommitLSN: commit, ArchivedLSN: c.ArchivedLSN,
-		SystemID: c.SystemID, Timeline: c.Timeline, SegmentSize: n.st.SegmentSize()}
+		SystemID: c.SystemID, Timeline: c.Timeline, SegmentSize: n.st.SegmentSize(), Consumers: consumers}
 }
 
 // stopFollowingLocked ends the current replication session and follows
@@ -952,7 +968,9 @@ func (n *Node) archiveLoop(ctx context.Context) {
 // removalBound is the LSN below which local WAL may go (0: nothing). It
 // must be archived, and:
 //   - with consumers (a pageserver that ingests WAL), durable at every
-//     consumer that reported;
+//     consumer that reported, to this node or to a peer (a consumer
+//     streams from one member; removed WAL that a consumer still needs,
+//     one that lost its disk, is streamed from the archive);
 //   - with none, only when Archive.Retain is set (a group whose pageserver
 //     ingests no WAL: writeback mode), more than Retain bytes below the
 //     flush LSN; a starting compute reads older WAL from the archive.
@@ -972,7 +990,32 @@ func (n *Node) removalBound(archived pg.LSN) pg.LSN {
 	return min(archived, flush-retain)
 }
 
-var _ server.Backend = (*Node)(nil)
+// ArchivedSegment implements server.Archive.
+func (n *Node) ArchivedSegment(ctx context.Context, lsn pg.LSN) (pg.LSN, []byte, error) {
+	if n.arch == nil {
+		return 0, nil, fmt.Errorf("%w: %s was removed and this safekeeper archives no WAL", walstore.ErrNotHeld, lsn)
+	}
+	ctl := n.st.Control()
+	size := n.st.SegmentSize()
+	no := uint64(lsn) / size
+	name := walstore.SegmentName(ctl.Timeline, no, size)
+	seg, err := archive.Segment(ctx, n.archStore, n.cfg.Archive.Prefix, ctl.SystemID, name, int64(size))
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return 0, nil, fmt.Errorf("%w: %s is below this safekeeper's WAL (from %s) and segment %s is not in the archive",
+			walstore.ErrNotHeld, lsn, ctl.StartLSN, name)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	n.m.fromArchive.Add(float64(len(seg)))
+	n.log.Info().Str("segment", name).Msg("safekeeper: streaming removed WAL from the archive")
+	return pg.LSN(no * size), seg, nil
+}
+
+var (
+	_ server.Backend = (*Node)(nil)
+	_ server.Archive = (*Node)(nil)
+)
 
 // ConsumerProgress returns the progress consumer last reported.
 func (n *Node) ConsumerProgress(consumer string) (server.Feedback, bool) {

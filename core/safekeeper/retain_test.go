@@ -3,13 +3,21 @@ package safekeeper
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
 	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
+	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/plugins/replication/pgstream"
 	"github.com/stratadb/strata/sdk/pg"
+	"github.com/stratadb/strata/sdk/replication"
 )
 
 // TestWALRemovedWithoutConsumers: in writeback mode no consumer streams
@@ -68,4 +76,136 @@ func TestWALRemovedWithoutConsumers(t *testing.T) {
 		t.Fatalf("fetch of removed segment %s: %v", name, err)
 	}
 	testpg.CompareBytes(t, c.srv, first, buf.Bytes(), "removed segment fetched through the safekeepers' fallback")
+
+	// A WAL consumer that resumes below every safekeeper's WAL (a
+	// pageserver replaced on an empty disk resumes where the object store's
+	// layers end) gets the removed WAL from the archive, then the rest from
+	// the safekeepers' own WAL, byte for byte.
+	start := c.nodes[0].Store().StartLSN()
+	for _, n := range c.nodes {
+		start = max(start, n.Store().StartLSN())
+	}
+	got := streamWAL(t, addrs, first, start+1<<20)
+	testpg.CompareBytes(t, c.srv, first, got, "removed WAL streamed from the archive")
+	var read float64
+	for _, n := range c.nodes {
+		read += testutil.ToFloat64(n.m.fromArchive)
+	}
+	if read < float64(seg) {
+		t.Fatalf("strata_safekeeper_archive_read_bytes_total: %v, want at least a segment", read)
+	}
+	// A segment missing from the archive fails the stream with an error
+	// that says so, instead of a stream that waits forever.
+	name = walstore.SegmentName(1, uint64(first)/seg+1, seg)
+	if err := c.mem.Delete(context.Background(), archive.Key("wal", sys, name, false)); err != nil {
+		t.Fatal(err)
+	}
+	src, err := pgstream.New(pgstream.Config{Safekeepers: addrs}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := src.Stream(ctx, "", pg.LSN(uint64(first)/seg*seg+seg))
+	if err == nil {
+		defer s.Close()
+		_, err = s.Recv()
+	}
+	if !errors.Is(err, replication.ErrNotHeld) || !strings.Contains(err.Error(), "not in the archive") {
+		t.Fatalf("stream from a segment missing from the archive: %v, want ErrNotHeld naming the archive", err)
+	}
+}
+
+// streamWAL reads WAL [from, to) through a pg-stream source on addrs.
+func streamWAL(t *testing.T, addrs []string, from, to pg.LSN) []byte {
+	t.Helper()
+	src, err := pgstream.New(pgstream.Config{Safekeepers: addrs}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := src.Stream(ctx, "", from)
+	if err != nil {
+		t.Fatalf("stream from %s: %v", from, err)
+	}
+	defer s.Close()
+	var out []byte
+	for from+pg.LSN(len(out)) < to {
+		ch, err := s.Recv()
+		if err != nil {
+			t.Fatalf("stream at %s: %v", from+pg.LSN(len(out)), err)
+		}
+		if ch.Start != from+pg.LSN(len(out)) {
+			t.Fatalf("chunk at %s, want %s", ch.Start, from+pg.LSN(len(out)))
+		}
+		out = append(out, ch.Data...)
+	}
+	return out[:to-from]
+}
+
+// TestConsumerProgressReachesEveryMember: a WAL consumer (a redo-mode
+// pageserver) streams from one safekeeper, and before, only that one
+// learned its progress: the other two, with no consumer of their own and
+// no archive.retain, kept every WAL byte forever. Now each member learns
+// the consumers' progress from its peers' status, and every member
+// removes the archived WAL that the consumer made durable.
+func TestConsumerProgressReachesEveryMember(t *testing.T) {
+	c := startCluster(t, func(cfg *Config) { cfg.Archive.KeepLocal = false })
+	waitSync(t, c.srv, 3)
+	first := c.nodes[0].Store().StartLSN()
+	cl, err := server.Dial(c.cfgs[0].ListenAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cons, err := cl.Consume(ctx, "pageserver-x", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	c.srv.Exec("postgres", "CREATE TABLE filler (id int PRIMARY KEY, pad text)")
+	for b := 0; b < 10; b++ { // about 55 MB of WAL
+		c.srv.Exec("postgres", "INSERT INTO filler SELECT g, repeat(md5(g::text), 16) FROM generate_series("+
+			itoa(b*5000+1)+", "+itoa((b+1)*5000)+") g")
+	}
+	end := testpg.FlushLSN(t, c.srv)
+	// The consumer reads to end and reports it durable, to sk1 only.
+	for pos := first; pos < end; {
+		ch, err := cons.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = ch.Start + pg.LSN(len(ch.Data))
+	}
+	if err := cons.Feedback(server.Feedback{Received: end, Durable: end}); err != nil {
+		t.Fatal(err)
+	}
+	seg := uint64(pg.WALSegmentSize)
+	want := pg.LSN(uint64(end) / seg * seg)
+	for i, n := range c.nodes {
+		n := n
+		testpg.WaitFor(t, 60*time.Second, c.cfgs[i].ID+" to remove the WAL the consumer made durable", func() bool {
+			return n.Store().StartLSN() >= want
+		})
+		fb, ok := n.ConsumerProgress("pageserver-x")
+		if !ok || fb.Durable != end {
+			t.Fatalf("%s knows the consumer at %+v (%v), want durable %s", c.cfgs[i].ID, fb, ok, end)
+		}
+		if st := n.Store(); st.StartLSN() > st.Control().ArchivedLSN || st.StartLSN() > end {
+			t.Fatalf("%s removed up to %s: archived %s, consumer durable %s", c.cfgs[i].ID, st.StartLSN(), st.Control().ArchivedLSN, end)
+		}
+		t.Logf("%s: local WAL from %s (consumer durable %s)", c.cfgs[i].ID, n.Store().StartLSN(), end)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fb := st.Consumers["pageserver-x"]; fb.Durable != end || fb.Received != end {
+		t.Fatalf("status reports the consumer at %+v, want %s", st.Consumers, end)
+	}
 }

@@ -299,6 +299,25 @@ func Fetch(ctx context.Context, store objectstore.Store, prefix string, systemID
 	return nil
 }
 
+// Segment returns archived segment segName whole: only a full segment
+// counts (a partial copy is not all of the segment's WAL). It returns
+// objectstore.ErrNotFound when the store has no full copy.
+func Segment(ctx context.Context, store objectstore.Store, prefix string, systemID uint64, segName string, segSize int64) ([]byte, error) {
+	r, err := store.Get(ctx, Key(prefix, systemID, segName, false))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	buf, err := io.ReadAll(io.LimitReader(r, segSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("archive: read %s: %w", segName, err)
+	}
+	if int64(len(buf)) != segSize {
+		return nil, fmt.Errorf("archive: %s holds %d bytes, a segment is %d", segName, len(buf), segSize)
+	}
+	return buf, nil
+}
+
 // SystemIDs lists the system identifiers with archived WAL under prefix.
 func SystemIDs(ctx context.Context, store objectstore.Store, prefix string) ([]uint64, error) {
 	seen := map[uint64]bool{}

@@ -158,19 +158,24 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	ComputeId     string                 `protobuf:"bytes,3,opt,name=compute_id,json=computeId,proto3" json:"compute_id,omitempty"`
-	Accepted      bool                   `protobuf:"varint,4,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	History       []*TermStart           `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
-	StartLsn      uint64                 `protobuf:"varint,6,opt,name=start_lsn,json=startLsn,proto3" json:"start_lsn,omitempty"`
-	FlushLsn      uint64                 `protobuf:"varint,7,opt,name=flush_lsn,json=flushLsn,proto3" json:"flush_lsn,omitempty"`
-	CommitLsn     uint64                 `protobuf:"varint,8,opt,name=commit_lsn,json=commitLsn,proto3" json:"commit_lsn,omitempty"`
-	ArchivedLsn   uint64                 `protobuf:"varint,9,opt,name=archived_lsn,json=archivedLsn,proto3" json:"archived_lsn,omitempty"`
-	SystemId      uint64                 `protobuf:"varint,10,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
-	Timeline      uint32                 `protobuf:"varint,11,opt,name=timeline,proto3" json:"timeline,omitempty"`
-	SegmentSize   uint64                 `protobuf:"varint,12,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Term        uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	ComputeId   string                 `protobuf:"bytes,3,opt,name=compute_id,json=computeId,proto3" json:"compute_id,omitempty"`
+	Accepted    bool                   `protobuf:"varint,4,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	History     []*TermStart           `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	StartLsn    uint64                 `protobuf:"varint,6,opt,name=start_lsn,json=startLsn,proto3" json:"start_lsn,omitempty"`
+	FlushLsn    uint64                 `protobuf:"varint,7,opt,name=flush_lsn,json=flushLsn,proto3" json:"flush_lsn,omitempty"`
+	CommitLsn   uint64                 `protobuf:"varint,8,opt,name=commit_lsn,json=commitLsn,proto3" json:"commit_lsn,omitempty"`
+	ArchivedLsn uint64                 `protobuf:"varint,9,opt,name=archived_lsn,json=archivedLsn,proto3" json:"archived_lsn,omitempty"`
+	SystemId    uint64                 `protobuf:"varint,10,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
+	Timeline    uint32                 `protobuf:"varint,11,opt,name=timeline,proto3" json:"timeline,omitempty"`
+	SegmentSize uint64                 `protobuf:"varint,12,opt,name=segment_size,json=segmentSize,proto3" json:"segment_size,omitempty"`
+	// The WAL consumers' progress this safekeeper knows, from the consumers
+	// themselves or from its peers: every member of the group learns it, so
+	// every member removes archived WAL that the consumers made durable, not
+	// only the one they stream from.
+	Consumers     []*ConsumerProgress `protobuf:"bytes,13,rep,name=consumers,proto3" json:"consumers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +294,81 @@ func (x *StatusResponse) GetSegmentSize() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetConsumers() []*ConsumerProgress {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+type ConsumerProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConsumerId    string                 `protobuf:"bytes,1,opt,name=consumer_id,json=consumerId,proto3" json:"consumer_id,omitempty"`
+	ReceivedLsn   uint64                 `protobuf:"varint,2,opt,name=received_lsn,json=receivedLsn,proto3" json:"received_lsn,omitempty"`
+	DurableLsn    uint64                 `protobuf:"varint,3,opt,name=durable_lsn,json=durableLsn,proto3" json:"durable_lsn,omitempty"`
+	UploadedLsn   uint64                 `protobuf:"varint,4,opt,name=uploaded_lsn,json=uploadedLsn,proto3" json:"uploaded_lsn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerProgress) Reset() {
+	*x = ConsumerProgress{}
+	mi := &file_safekeeper_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerProgress) ProtoMessage() {}
+
+func (x *ConsumerProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_safekeeper_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerProgress.ProtoReflect.Descriptor instead.
+func (*ConsumerProgress) Descriptor() ([]byte, []int) {
+	return file_safekeeper_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ConsumerProgress) GetConsumerId() string {
+	if x != nil {
+		return x.ConsumerId
+	}
+	return ""
+}
+
+func (x *ConsumerProgress) GetReceivedLsn() uint64 {
+	if x != nil {
+		return x.ReceivedLsn
+	}
+	return 0
+}
+
+func (x *ConsumerProgress) GetDurableLsn() uint64 {
+	if x != nil {
+		return x.DurableLsn
+	}
+	return 0
+}
+
+func (x *ConsumerProgress) GetUploadedLsn() uint64 {
+	if x != nil {
+		return x.UploadedLsn
+	}
+	return 0
+}
+
 type VoteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
@@ -299,7 +379,7 @@ type VoteRequest struct {
 
 func (x *VoteRequest) Reset() {
 	*x = VoteRequest{}
-	mi := &file_safekeeper_proto_msgTypes[3]
+	mi := &file_safekeeper_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +391,7 @@ func (x *VoteRequest) String() string {
 func (*VoteRequest) ProtoMessage() {}
 
 func (x *VoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[3]
+	mi := &file_safekeeper_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +404,7 @@ func (x *VoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoteRequest.ProtoReflect.Descriptor instead.
 func (*VoteRequest) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{3}
+	return file_safekeeper_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *VoteRequest) GetTerm() uint64 {
@@ -353,7 +433,7 @@ type VoteResponse struct {
 
 func (x *VoteResponse) Reset() {
 	*x = VoteResponse{}
-	mi := &file_safekeeper_proto_msgTypes[4]
+	mi := &file_safekeeper_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +445,7 @@ func (x *VoteResponse) String() string {
 func (*VoteResponse) ProtoMessage() {}
 
 func (x *VoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[4]
+	mi := &file_safekeeper_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +458,7 @@ func (x *VoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VoteResponse.ProtoReflect.Descriptor instead.
 func (*VoteResponse) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{4}
+	return file_safekeeper_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *VoteResponse) GetGranted() bool {
@@ -427,7 +507,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_safekeeper_proto_msgTypes[5]
+	mi := &file_safekeeper_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +519,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[5]
+	mi := &file_safekeeper_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +532,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{5}
+	return file_safekeeper_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AcceptRequest) GetTerm() uint64 {
@@ -507,7 +587,7 @@ type AcceptResponse struct {
 
 func (x *AcceptResponse) Reset() {
 	*x = AcceptResponse{}
-	mi := &file_safekeeper_proto_msgTypes[6]
+	mi := &file_safekeeper_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +599,7 @@ func (x *AcceptResponse) String() string {
 func (*AcceptResponse) ProtoMessage() {}
 
 func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[6]
+	mi := &file_safekeeper_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +612,7 @@ func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptResponse.ProtoReflect.Descriptor instead.
 func (*AcceptResponse) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{6}
+	return file_safekeeper_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcceptResponse) GetTerm() uint64 {
@@ -568,7 +648,7 @@ type StreamWALRequest struct {
 
 func (x *StreamWALRequest) Reset() {
 	*x = StreamWALRequest{}
-	mi := &file_safekeeper_proto_msgTypes[7]
+	mi := &file_safekeeper_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +660,7 @@ func (x *StreamWALRequest) String() string {
 func (*StreamWALRequest) ProtoMessage() {}
 
 func (x *StreamWALRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[7]
+	mi := &file_safekeeper_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +673,7 @@ func (x *StreamWALRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamWALRequest.ProtoReflect.Descriptor instead.
 func (*StreamWALRequest) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{7}
+	return file_safekeeper_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamWALRequest) GetStartLsn() uint64 {
@@ -657,7 +737,7 @@ type WALChunk struct {
 
 func (x *WALChunk) Reset() {
 	*x = WALChunk{}
-	mi := &file_safekeeper_proto_msgTypes[8]
+	mi := &file_safekeeper_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +749,7 @@ func (x *WALChunk) String() string {
 func (*WALChunk) ProtoMessage() {}
 
 func (x *WALChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_safekeeper_proto_msgTypes[8]
+	mi := &file_safekeeper_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +762,7 @@ func (x *WALChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WALChunk.ProtoReflect.Descriptor instead.
 func (*WALChunk) Descriptor() ([]byte, []int) {
-	return file_safekeeper_proto_rawDescGZIP(), []int{8}
+	return file_safekeeper_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WALChunk) GetStartLsn() uint64 {
@@ -721,7 +801,7 @@ const file_safekeeper_proto_rawDesc = "" +
 	"\tTermStart\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tstart_lsn\x18\x02 \x01(\x04R\bstartLsn\"\x0f\n" +
-	"\rStatusRequest\"\x82\x03\n" +
+	"\rStatusRequest\"\xc8\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1d\n" +
@@ -737,7 +817,15 @@ const file_safekeeper_proto_rawDesc = "" +
 	"\tsystem_id\x18\n" +
 	" \x01(\x04R\bsystemId\x12\x1a\n" +
 	"\btimeline\x18\v \x01(\rR\btimeline\x12!\n" +
-	"\fsegment_size\x18\f \x01(\x04R\vsegmentSize\"@\n" +
+	"\fsegment_size\x18\f \x01(\x04R\vsegmentSize\x12D\n" +
+	"\tconsumers\x18\r \x03(\v2&.strata.safekeeper.v1.ConsumerProgressR\tconsumers\"\x9a\x01\n" +
+	"\x10ConsumerProgress\x12\x1f\n" +
+	"\vconsumer_id\x18\x01 \x01(\tR\n" +
+	"consumerId\x12!\n" +
+	"\freceived_lsn\x18\x02 \x01(\x04R\vreceivedLsn\x12\x1f\n" +
+	"\vdurable_lsn\x18\x03 \x01(\x04R\n" +
+	"durableLsn\x12!\n" +
+	"\fuploaded_lsn\x18\x04 \x01(\x04R\vuploadedLsn\"@\n" +
 	"\vVoteRequest\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1d\n" +
 	"\n" +
@@ -797,37 +885,39 @@ func file_safekeeper_proto_rawDescGZIP() []byte {
 }
 
 var file_safekeeper_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_safekeeper_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_safekeeper_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_safekeeper_proto_goTypes = []any{
 	(Bound)(0),               // 0: strata.safekeeper.v1.Bound
 	(*TermStart)(nil),        // 1: strata.safekeeper.v1.TermStart
 	(*StatusRequest)(nil),    // 2: strata.safekeeper.v1.StatusRequest
 	(*StatusResponse)(nil),   // 3: strata.safekeeper.v1.StatusResponse
-	(*VoteRequest)(nil),      // 4: strata.safekeeper.v1.VoteRequest
-	(*VoteResponse)(nil),     // 5: strata.safekeeper.v1.VoteResponse
-	(*AcceptRequest)(nil),    // 6: strata.safekeeper.v1.AcceptRequest
-	(*AcceptResponse)(nil),   // 7: strata.safekeeper.v1.AcceptResponse
-	(*StreamWALRequest)(nil), // 8: strata.safekeeper.v1.StreamWALRequest
-	(*WALChunk)(nil),         // 9: strata.safekeeper.v1.WALChunk
+	(*ConsumerProgress)(nil), // 4: strata.safekeeper.v1.ConsumerProgress
+	(*VoteRequest)(nil),      // 5: strata.safekeeper.v1.VoteRequest
+	(*VoteResponse)(nil),     // 6: strata.safekeeper.v1.VoteResponse
+	(*AcceptRequest)(nil),    // 7: strata.safekeeper.v1.AcceptRequest
+	(*AcceptResponse)(nil),   // 8: strata.safekeeper.v1.AcceptResponse
+	(*StreamWALRequest)(nil), // 9: strata.safekeeper.v1.StreamWALRequest
+	(*WALChunk)(nil),         // 10: strata.safekeeper.v1.WALChunk
 }
 var file_safekeeper_proto_depIdxs = []int32{
-	1, // 0: strata.safekeeper.v1.StatusResponse.history:type_name -> strata.safekeeper.v1.TermStart
-	1, // 1: strata.safekeeper.v1.VoteResponse.history:type_name -> strata.safekeeper.v1.TermStart
-	1, // 2: strata.safekeeper.v1.AcceptRequest.donor_history:type_name -> strata.safekeeper.v1.TermStart
-	0, // 3: strata.safekeeper.v1.StreamWALRequest.bound:type_name -> strata.safekeeper.v1.Bound
-	2, // 4: strata.safekeeper.v1.Safekeeper.Status:input_type -> strata.safekeeper.v1.StatusRequest
-	4, // 5: strata.safekeeper.v1.Safekeeper.Vote:input_type -> strata.safekeeper.v1.VoteRequest
-	6, // 6: strata.safekeeper.v1.Safekeeper.Accept:input_type -> strata.safekeeper.v1.AcceptRequest
-	8, // 7: strata.safekeeper.v1.Safekeeper.StreamWAL:input_type -> strata.safekeeper.v1.StreamWALRequest
-	3, // 8: strata.safekeeper.v1.Safekeeper.Status:output_type -> strata.safekeeper.v1.StatusResponse
-	5, // 9: strata.safekeeper.v1.Safekeeper.Vote:output_type -> strata.safekeeper.v1.VoteResponse
-	7, // 10: strata.safekeeper.v1.Safekeeper.Accept:output_type -> strata.safekeeper.v1.AcceptResponse
-	9, // 11: strata.safekeeper.v1.Safekeeper.StreamWAL:output_type -> strata.safekeeper.v1.WALChunk
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1,  // 0: strata.safekeeper.v1.StatusResponse.history:type_name -> strata.safekeeper.v1.TermStart
+	4,  // 1: strata.safekeeper.v1.StatusResponse.consumers:type_name -> strata.safekeeper.v1.ConsumerProgress
+	1,  // 2: strata.safekeeper.v1.VoteResponse.history:type_name -> strata.safekeeper.v1.TermStart
+	1,  // 3: strata.safekeeper.v1.AcceptRequest.donor_history:type_name -> strata.safekeeper.v1.TermStart
+	0,  // 4: strata.safekeeper.v1.StreamWALRequest.bound:type_name -> strata.safekeeper.v1.Bound
+	2,  // 5: strata.safekeeper.v1.Safekeeper.Status:input_type -> strata.safekeeper.v1.StatusRequest
+	5,  // 6: strata.safekeeper.v1.Safekeeper.Vote:input_type -> strata.safekeeper.v1.VoteRequest
+	7,  // 7: strata.safekeeper.v1.Safekeeper.Accept:input_type -> strata.safekeeper.v1.AcceptRequest
+	9,  // 8: strata.safekeeper.v1.Safekeeper.StreamWAL:input_type -> strata.safekeeper.v1.StreamWALRequest
+	3,  // 9: strata.safekeeper.v1.Safekeeper.Status:output_type -> strata.safekeeper.v1.StatusResponse
+	6,  // 10: strata.safekeeper.v1.Safekeeper.Vote:output_type -> strata.safekeeper.v1.VoteResponse
+	8,  // 11: strata.safekeeper.v1.Safekeeper.Accept:output_type -> strata.safekeeper.v1.AcceptResponse
+	10, // 12: strata.safekeeper.v1.Safekeeper.StreamWAL:output_type -> strata.safekeeper.v1.WALChunk
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_safekeeper_proto_init() }
@@ -841,7 +931,7 @@ func file_safekeeper_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_safekeeper_proto_rawDesc), len(file_safekeeper_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

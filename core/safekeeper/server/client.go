@@ -62,7 +62,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return Status{ID: r.GetId(), Term: r.GetTerm(), ComputeID: r.GetComputeId(), Accepted: r.GetAccepted(),
 		History: historyFromPB(r.GetHistory()), StartLSN: pg.LSN(r.GetStartLsn()), FlushLSN: pg.LSN(r.GetFlushLsn()),
 		CommitLSN: pg.LSN(r.GetCommitLsn()), ArchivedLSN: pg.LSN(r.GetArchivedLsn()), SystemID: r.GetSystemId(),
-		Timeline: pg.PGTimeline(r.GetTimeline()), SegmentSize: r.GetSegmentSize()}, nil
+		Timeline: pg.PGTimeline(r.GetTimeline()), SegmentSize: r.GetSegmentSize(), Consumers: consumersFromPB(r.GetConsumers())}, nil
 }
 
 // Vote asks for the safekeeper's vote.

@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -38,6 +39,9 @@ type Status struct {
 	SystemID    uint64
 	Timeline    pg.PGTimeline
 	SegmentSize uint64
+	// Consumers is the WAL consumers' progress it knows (by consumer ID),
+	// from the consumers or from peers.
+	Consumers map[string]Feedback
 }
 
 // Feedback is a WAL consumer's progress.
@@ -74,6 +78,18 @@ type Backend interface {
 	Feedback(consumer string, fb Feedback)
 	// Sent counts WAL bytes sent.
 	Sent(n int)
+}
+
+// Archive is an optional Backend interface: a backend whose WAL archive
+// holds WAL its store removed. A stream from below the store's start LSN
+// (a pageserver replaced on an empty disk resumes where the object store's
+// layers end, which can be older than what the safekeepers keep) is served
+// from the archive up to the start LSN, then from the store.
+type Archive interface {
+	// ArchivedSegment returns the whole archived segment that holds lsn and
+	// the segment's first LSN; walstore.ErrNotHeld when the archive does
+	// not hold it.
+	ArchivedSegment(ctx context.Context, lsn pg.LSN) (pg.LSN, []byte, error)
 }
 
 type service struct {
@@ -165,7 +181,27 @@ func (s *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	return &pb.StatusResponse{Id: st.ID, Term: st.Term, ComputeId: st.ComputeID, Accepted: st.Accepted,
 		History: historyToPB(st.History), StartLsn: uint64(st.StartLSN), FlushLsn: uint64(st.FlushLSN),
 		CommitLsn: uint64(st.CommitLSN), ArchivedLsn: uint64(st.ArchivedLSN), SystemId: st.SystemID,
-		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize}, nil
+		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize, Consumers: consumersToPB(st.Consumers)}, nil
+}
+
+func consumersToPB(m map[string]Feedback) []*pb.ConsumerProgress {
+	out := make([]*pb.ConsumerProgress, 0, len(m))
+	for id, fb := range m {
+		out = append(out, &pb.ConsumerProgress{ConsumerId: id, ReceivedLsn: uint64(fb.Received),
+			DurableLsn: uint64(fb.Durable), UploadedLsn: uint64(fb.Uploaded)})
+	}
+	return out
+}
+
+func consumersFromPB(cs []*pb.ConsumerProgress) map[string]Feedback {
+	if len(cs) == 0 {
+		return nil
+	}
+	m := make(map[string]Feedback, len(cs))
+	for _, c := range cs {
+		m[c.GetConsumerId()] = Feedback{Received: pg.LSN(c.GetReceivedLsn()), Durable: pg.LSN(c.GetDurableLsn()), Uploaded: pg.LSN(c.GetUploadedLsn())}
+	}
+	return m
 }
 
 func (s *service) Vote(ctx context.Context, r *pb.VoteRequest) (*pb.VoteResponse, error) {
@@ -211,6 +247,7 @@ func (s *service) StreamWAL(stream pb.Safekeeper_StreamWALServer) error {
 	st := s.b.Store()
 	pos, stop := pg.LSN(first.GetStartLsn()), pg.LSN(first.GetStopLsn())
 	bound := first.GetBound()
+	arch := archiveReader{b: s.b}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -225,6 +262,9 @@ func (s *service) StreamWAL(stream pb.Safekeeper_StreamWALServer) error {
 		}
 		if pos < limit {
 			data, err := st.Read(pos, int(min(limit-pos, MaxChunk)))
+			if errors.Is(err, walstore.ErrNotHeld) && pos < st.StartLSN() {
+				data, err = arch.read(ctx, pos, limit)
+			}
 			if err != nil {
 				return toErr(err)
 			}
@@ -246,4 +286,30 @@ func (s *service) StreamWAL(stream pb.Safekeeper_StreamWALServer) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// archiveReader serves one stream's WAL from below the store's start LSN,
+// a segment at a time.
+type archiveReader struct {
+	b     Backend
+	start pg.LSN // first LSN of seg
+	seg   []byte
+}
+
+// read returns WAL from pos, at most MaxChunk bytes and never past limit
+// nor the end of pos's segment.
+func (a *archiveReader) read(ctx context.Context, pos, limit pg.LSN) ([]byte, error) {
+	if pos < a.start || pos >= a.start+pg.LSN(len(a.seg)) {
+		ar, ok := a.b.(Archive)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s was removed and there is no archive to read it from", walstore.ErrNotHeld, pos)
+		}
+		start, seg, err := ar.ArchivedSegment(ctx, pos)
+		if err != nil {
+			return nil, err
+		}
+		a.start, a.seg = start, seg
+	}
+	end := min(limit, a.start+pg.LSN(len(a.seg)), pos+MaxChunk)
+	return a.seg[pos-a.start : end-a.start], nil // Send copies it
 }

@@ -179,26 +179,35 @@ func (st *stream) connect() error {
 	}
 	var errs []error
 	type cand struct {
-		c      *server.Client
-		commit pg.LSN
+		c        *server.Client
+		commit   pg.LSN
+		archived bool // the start is below its WAL: it reads the archive
 	}
 	var cands []cand
 	for _, c := range cs {
-		// A safekeeper that does not hold the start is skipped (its WAL may
-		// have been removed after archiving, or it lags).
+		// A safekeeper that does not hold the start (it removed that WAL
+		// after archiving it, or it lags) is skipped, unless it archives:
+		// it then streams what it removed from the archive.
 		stat, err := c.Status(st.ctx)
 		if err != nil {
 			errs = append(errs, err)
 			st.s.skip(c)
 			continue
 		}
-		if st.pos < stat.StartLSN {
+		below := st.pos < stat.StartLSN
+		if below && stat.ArchivedLSN < stat.StartLSN {
 			errs = append(errs, fmt.Errorf("%w: %s starts at %s", replication.ErrNotHeld, c.Addr, stat.StartLSN))
 			continue
 		}
-		cands = append(cands, cand{c, stat.CommitLSN})
+		cands = append(cands, cand{c, stat.CommitLSN, below})
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].commit > cands[j].commit })
+	// The highest commit LSN first, then one that holds the start itself.
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].commit != cands[j].commit {
+			return cands[i].commit > cands[j].commit
+		}
+		return !cands[i].archived && cands[j].archived
+	})
 	for _, cd := range cands {
 		c := cd.c
 		cons, err := c.Consume(st.ctx, st.consumer, st.pos)
