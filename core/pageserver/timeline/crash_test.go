@@ -138,3 +138,58 @@ func TestResumeAtRecordBoundary(t *testing.T) {
 		t.Fatalf("page 1 from the object store: %v", err)
 	}
 }
+
+// TestFirstDataPublishedAtOnce: a new timeline's first durable data (a
+// new cluster's initdb output, one gated batch) is frozen at the next
+// background round instead of after the checkpoint timeout (an hour
+// here), so the object store holds it before anything else happens; a
+// pageserver on an empty disk then finds it. Later data waits for the
+// usual triggers.
+func TestFirstDataPublishedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(50)
+	remote := &manifest.Remote{Store: objectstore.NewMemory()}
+	id := pg.TimelineID{0xE2}
+	tl := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl.Close()
+	round := func() {
+		t.Helper()
+		if err := tl.CommitAdvanced(); err != nil {
+			t.Fatal(err)
+		}
+		tl.maybeFreeze()
+		if err := tl.flushFrozen(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.Upload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One page: below the checkpoint distance (16 KiB here).
+	if _, err := tl.PutPages(ctx, []PageWrite{{Page: rel.Page(0), W: 90, Data: page(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	if n := len(tl.Layers()); n != 0 {
+		t.Fatalf("%d layers before the batch is durable, want 0 (gated versions are never flushed)", n)
+	}
+	commit.Set(100)
+	round()
+	m, err := remote.Latest(ctx, id)
+	if err != nil || len(m.Layers) == 0 {
+		t.Fatalf("the object store's manifest after the first durable batch: %+v, %v; want a layer", m, err)
+	}
+	if _, err := tl.PutPages(ctx, []PageWrite{{Page: rel.Page(2), W: 95, Data: page(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	if n := len(tl.Layers()); n != len(m.Layers) {
+		t.Fatalf("%d layers after a later write, want %d: only a timeline without layers flushes at once", n, len(m.Layers))
+	}
+	tl2 := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl2.Close()
+	if got, err := tl2.GetPage(ctx, rel.Page(0), LatestLSN, 0); err != nil || !bytes.Equal(got, page(1)) {
+		t.Fatalf("page 0 from the object store alone: %v", err)
+	}
+}

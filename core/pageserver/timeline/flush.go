@@ -17,12 +17,20 @@ import (
 )
 
 // maybeFreeze freezes the open layer when it is too big, spans too many
-// LSN bytes or is too old, and wakes the background loop.
+// LSN bytes or is too old, and wakes the background loop. A timeline
+// with an object store and no layer at all freezes its first data at
+// once: a new timeline's first writes (initdb's output, which the compute
+// stores in one gated batch) then reach the object store within a
+// background round, not a checkpoint timeout later. Until then a
+// pageserver that lost its disk would find nothing of the timeline, and
+// the compute could not start; from an older copy it can (Postgres
+// replays the WAL since that copy's checkpoint).
 func (t *Timeline) maybeFreeze() {
 	t.mu.Lock()
 	b, _, lo, hi, _, created := t.open.Stats()
+	first := t.d.Remote != nil && len(t.layers.All()) == 0 && len(t.frozen) == 0
 	need := b >= t.opts.CheckpointDistance || (hi >= lo && uint64(hi-lo) >= t.opts.CheckpointLSNDistance) ||
-		(b > 0 && t.d.Now().Sub(created) >= t.opts.CheckpointTimeout)
+		(b > 0 && (first || t.d.Now().Sub(created) >= t.opts.CheckpointTimeout))
 	if need {
 		if err := t.freezeLocked(); err != nil {
 			t.log.Error().Err(err).Msg("freeze")
