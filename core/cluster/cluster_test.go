@@ -873,6 +873,33 @@ func TestAgentRestartedBySupervisor(t *testing.T) {
 	}
 }
 
+// losePageserver kills -9 the pageserver and its supervisor (so nothing
+// starts it again) and deletes its folder: the machine it ran on is gone.
+func losePageserver(t *testing.T, c *Cluster) {
+	t.Helper()
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Procs {
+		if p.Name != "pageserver" {
+			continue
+		}
+		kids := childPIDs(p.PID)
+		for _, pid := range append([]int{p.PID}, kids...) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for deadline := time.Now().Add(10 * time.Second); p.Alive(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the pageserver's supervisor is alive 10 s after kill -9")
+			}
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(c.dataDir, "pageserver")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPageserverFolderLostWhileRunning: the pageserver's folder is lost
 // while the cluster runs (kill -9 of the pageserver and its supervisor,
 // folder deleted) after a clean stop had published everything. The new
@@ -898,27 +925,7 @@ func TestPageserverFolderLostWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec1(t, ctx, url, "INSERT INTO t VALUES (1001, 'after the clean stop')")
-	st, err := c.readState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range st.Procs {
-		if p.Name != "pageserver" {
-			continue
-		}
-		kids := childPIDs(p.PID)
-		for _, pid := range append([]int{p.PID}, kids...) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for deadline := time.Now().Add(10 * time.Second); p.Alive(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the pageserver's supervisor is alive 10 s after kill -9")
-			}
-		}
-	}
-	if err := os.RemoveAll(filepath.Join(c.dataDir, "pageserver")); err != nil {
-		t.Fatal(err)
-	}
+	losePageserver(t, c)
 	if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
 		t.Fatal(err)
 	}

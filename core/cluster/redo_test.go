@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -188,4 +189,81 @@ func TestRedoRefusesPageSourceSwitch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot switch") {
 		t.Fatalf("up in writeback on a redo cluster: %v", err)
 	}
+}
+
+// TestRedoPageserverLostAfterWALRemoved: in redo mode each safekeeper
+// removes WAL once it is archived and the pageserver made it durable on
+// its own disk, which runs ahead of what the pageserver has put in the
+// object store (up to an in-memory layer, checkpoint_distance). A
+// pageserver that loses its folder then starts where the object store's
+// layers end, below every safekeeper's local WAL: the safekeepers stream
+// the removed WAL back from the archive. Every row is there and
+// pg_amcheck is clean.
+func TestRedoPageserverLostAfterWALRemoved(t *testing.T) {
+	c, _ := newRedoCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	const batch = 50000
+	rows := 0
+	removed := func(st *Status) bool {
+		if st.PageserverRemote == 0 || len(st.Safekeepers) == 0 {
+			return false
+		}
+		for _, k := range st.Safekeepers {
+			if k.Err != "" || k.StartLSN <= st.PageserverRemote {
+				return false
+			}
+		}
+		return true
+	}
+	var st *Status
+fill:
+	for {
+		if rows >= 40*batch {
+			t.Fatalf("after %d rows the safekeepers still keep WAL from the pageserver's remote consistent LSN: %+v", rows, st)
+		}
+		exec1(t, ctx, url, fmt.Sprintf("INSERT INTO t SELECT g, md5(g::text) FROM generate_series(%d, %d) g", rows+1, rows+batch))
+		rows += batch
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			if st, err = c.Status(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if removed(st) {
+				break fill
+			}
+		}
+		var starts []string
+		for _, k := range st.Safekeepers {
+			starts = append(starts, k.StartLSN.String())
+		}
+		t.Logf("%d rows: pageserver durable %s remote %s; safekeepers keep WAL from %s", rows, st.PageserverDurable, st.PageserverRemote, strings.Join(starts, " "))
+	}
+	for _, k := range st.Safekeepers {
+		t.Logf("%s keeps WAL from %s (archived to %s); the object store's pageserver state is at %s", k.Name, k.StartLSN, k.ArchivedLSN, st.PageserverRemote)
+	}
+	const sum = "SELECT count(*) || ' ' || md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t"
+	want := queryString(t, ctx, url, sum)
+	losePageserver(t, c)
+	if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, sum); got != want {
+		t.Fatalf("after the pageserver's folder was lost: %s, want %s", got, want)
+	}
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	fromArchive := 0
+	for _, id := range c.safekeeperIDs() {
+		if strings.Contains(tail(filepath.Join(c.dataDir, "safekeepers", id, "safekeeper.log"), 4<<20), "streaming removed WAL from the archive") {
+			fromArchive++
+		}
+	}
+	if fromArchive == 0 {
+		t.Fatal("no safekeeper logged that it streamed removed WAL from the archive")
+	}
+	t.Logf("%d rows back; %d safekeeper(s) streamed removed WAL from the archive", rows, fromArchive)
 }

@@ -63,7 +63,10 @@ type SafekeeperStatus struct {
 	Term                uint64
 	Accepted            bool // it applied its term's Accept
 	FlushLSN, CommitLSN pg.LSN
-	Err                 string
+	// StartLSN: its oldest local WAL (older WAL, once archived, was
+	// removed); ArchivedLSN: all WAL below it is in the object store.
+	StartLSN, ArchivedLSN pg.LSN
+	Err                   string
 }
 
 // Status reads the state file, checks each process and asks Postgres for
@@ -140,6 +143,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 				ss.Err = rpcReason(err)
 			} else {
 				ss.Term, ss.Accepted, ss.FlushLSN, ss.CommitLSN = r.Term, r.Accepted, r.FlushLSN, r.CommitLSN
+				ss.StartLSN, ss.ArchivedLSN = r.StartLSN, r.ArchivedLSN
 			}
 			cl.Close()
 		}
@@ -190,7 +194,8 @@ func (s *Status) Print(w io.Writer) {
 			fmt.Fprintf(w, "safekeeper %s  unreachable: %s\n", k.Name, k.Err)
 			continue
 		}
-		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  own commit %s\n", k.Name, k.Term, k.FlushLSN, k.CommitLSN)
+		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  own commit %s  local WAL from %s  archived %s\n",
+			k.Name, k.Term, k.FlushLSN, k.CommitLSN, k.StartLSN, k.ArchivedLSN)
 	}
 	s.printDisk(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -78,7 +78,7 @@ func TestRPCReason(t *testing.T) {
 // highest own figure stands.
 func TestStatusGroupCommit(t *testing.T) {
 	s := &Status{CurrentLSN: 5000, Safekeepers: []SafekeeperStatus{
-		{Name: "sk1", Term: 3, Accepted: true, FlushLSN: 5000, CommitLSN: 3000},
+		{Name: "sk1", Term: 3, Accepted: true, FlushLSN: 5000, CommitLSN: 3000, StartLSN: 1000, ArchivedLSN: 2000},
 		{Name: "sk2", Term: 3, Accepted: true, FlushLSN: 4800, CommitLSN: 3100},
 		{Name: "sk3", Term: 2, Accepted: true, FlushLSN: 4900, CommitLSN: 2000}, // an older term
 	}}
@@ -88,7 +88,7 @@ func TestStatusGroupCommit(t *testing.T) {
 	var b strings.Builder
 	s.Print(&b)
 	if !strings.Contains(b.String(), "safekeepers  commit 0/12C0 (a majority's flush)  commit_lag 200 B") ||
-		!strings.Contains(b.String(), "safekeeper sk1  term 3  flush 0/1388  own commit 0/BB8") {
+		!strings.Contains(b.String(), "safekeeper sk1  term 3  flush 0/1388  own commit 0/BB8  local WAL from 0/3E8  archived 0/7D0") {
 		t.Fatalf("status:\n%s", b.String())
 	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
