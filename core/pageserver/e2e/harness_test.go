@@ -411,6 +411,16 @@ func fetchWAL(t *testing.T, sk string, dir string, from pg.LSN) pg.LSN {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A safekeeper's own commit LSN trails the group's by up to its idle
+	// peer poll (a second): wait, bounded, for it to reach the WAL it has
+	// flushed (all of it, once Postgres has stopped), else the fetched WAL
+	// can end before the last checkpoint record (seen in CI).
+	for need, deadline := st.FlushLSN, time.Now().Add(10*time.Second); st.CommitLSN < need && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if st, err = cl.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	to := st.CommitLSN
 	seg := pg.LSN(pg.WALSegmentSize)
 	start := from - from%seg
