@@ -12,6 +12,7 @@ package safekeeper
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -1007,9 +1008,34 @@ func (n *Node) ArchivedSegment(ctx context.Context, lsn pg.LSN) (pg.LSN, []byte,
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := checkSegmentStart(seg, pg.LSN(no*size), ctl.SystemID); err != nil {
+		return 0, nil, fmt.Errorf("%w: archived segment %s: %w", walstore.ErrCorrupt, name, err)
+	}
 	n.m.fromArchive.Add(float64(len(seg)))
 	n.log.Info().Str("segment", name).Msg("safekeeper: streaming removed WAL from the archive")
 	return pg.LSN(no * size), seg, nil
+}
+
+// checkSegmentStart checks the long page header that starts a WAL
+// segment (PostgreSQL 15: magic 0xD110, the page's own address, the
+// cluster's system identifier), so that an object that is not this
+// cluster's segment is an error rather than WAL a consumer would read as
+// its end.
+func checkSegmentStart(seg []byte, start pg.LSN, systemID uint64) error {
+	const longHeader = 40
+	if len(seg) < longHeader {
+		return fmt.Errorf("%d bytes, shorter than a page header", len(seg))
+	}
+	magic, addr, sys := binary.LittleEndian.Uint16(seg), pg.LSN(binary.LittleEndian.Uint64(seg[8:])), binary.LittleEndian.Uint64(seg[24:])
+	switch {
+	case magic != 0xD110:
+		return fmt.Errorf("first page has magic %#04x, want 0xd110 (PostgreSQL 15 WAL)", magic)
+	case addr != start:
+		return fmt.Errorf("first page is at %s, want %s", addr, start)
+	case systemID != 0 && sys != systemID:
+		return fmt.Errorf("system identifier %d, this cluster's is %d", sys, systemID)
+	}
+	return nil
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/plugins/replication/pgstream"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 	"github.com/stratadb/strata/sdk/replication"
 )
@@ -85,8 +86,12 @@ func TestWALRemovedWithoutConsumers(t *testing.T) {
 	for _, n := range c.nodes {
 		start = max(start, n.Store().StartLSN())
 	}
+	t0 := time.Now()
 	got := streamWAL(t, addrs, first, start+1<<20)
+	took := time.Since(t0)
 	testpg.CompareBytes(t, c.srv, first, got, "removed WAL streamed from the archive")
+	t.Logf("streamed %d MB from %s (%d MB of it from the archive) in %s: %.0f MB/s",
+		len(got)>>20, first, (start-first)>>20, took.Round(time.Millisecond), float64(len(got))/(1<<20)/took.Seconds())
 	var read float64
 	for _, n := range c.nodes {
 		read += testutil.ToFloat64(n.m.fromArchive)
@@ -114,6 +119,23 @@ func TestWALRemovedWithoutConsumers(t *testing.T) {
 	}
 	if !errors.Is(err, replication.ErrNotHeld) || !strings.Contains(err.Error(), "not in the archive") {
 		t.Fatalf("stream from a segment missing from the archive: %v, want ErrNotHeld naming the archive", err)
+	}
+	// An object that is not the segment it is named for (here: the one
+	// before it) is an error, not WAL that a consumer would read as its end.
+	buf.Reset()
+	if err := archive.Fetch(context.Background(), c.mem, "wal", sys, walstore.SegmentName(1, uint64(first)/seg, seg), int64(seg), &buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.mem.Put(context.Background(), archive.Key("wal", sys, name, false), bytes.NewReader(buf.Bytes()), objectstore.PutOptions{Size: int64(buf.Len())}); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := src.Stream(ctx, "", pg.LSN(uint64(first)/seg*seg+seg))
+	if err == nil {
+		defer s2.Close()
+		_, err = s2.Recv()
+	}
+	if !errors.Is(err, replication.ErrCorrupt) || !strings.Contains(err.Error(), "first page is at") {
+		t.Fatalf("stream from a misplaced archived segment: %v, want ErrCorrupt naming the page address", err)
 	}
 }
 

@@ -248,7 +248,10 @@ func (st *stream) Recv() (replication.Chunk, error) {
 			if st.ctx.Err() != nil {
 				return replication.Chunk{}, fmt.Errorf("%w: %w", replication.ErrClosed, st.ctx.Err())
 			}
-			if errors.Is(err, walstore.ErrNotHeld) && attempt > len(st.s.clients) {
+			// Another member may hold the WAL, or an intact copy of it;
+			// once each had its turn the error stands (a segment missing
+			// or damaged in the archive that all of them read from).
+			if (errors.Is(err, walstore.ErrNotHeld) || errors.Is(err, walstore.ErrCorrupt)) && attempt > len(st.s.clients) {
 				return replication.Chunk{}, convErr(err)
 			}
 			st.s.log.Warn().Err(err).Str("safekeeper", from.Addr).Msg("pgstream: stream failed; failing over")
