@@ -246,6 +246,9 @@ fill:
 	for _, k := range st.Safekeepers {
 		t.Logf("%s keeps WAL from %s (archived to %s); the object store's pageserver state is at %s", k.Name, k.StartLSN, k.ArchivedLSN, st.PageserverRemote)
 	}
+	if fb, ok := st.Consumers["pageserver-"+st.Timeline]; !ok || fb.Durable == 0 || fb.Uploaded == 0 {
+		t.Fatalf("strata status shows the WAL consumers %+v, want the pageserver's progress", st.Consumers)
+	}
 	const sum = "SELECT count(*) || ' ' || md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t"
 	want := queryString(t, ctx, url, sum)
 	losePageserver(t, c)

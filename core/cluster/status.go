@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,6 +43,10 @@ type Status struct {
 	Procs       []ProcStatus
 	// Safekeepers as they report themselves: term, flush and commit LSN.
 	Safekeepers []SafekeeperStatus
+	// Consumers: each WAL consumer's progress (a pageserver that ingests
+	// WAL), the highest any safekeeper reports; the safekeepers remove
+	// archived WAL below the lowest durable LSN.
+	Consumers map[string]server.Feedback
 	// Pageserver: the timeline's LSNs (zero when it does not answer).
 	Timeline          string
 	PageserverLast    pg.LSN // last record
@@ -144,6 +150,13 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			} else {
 				ss.Term, ss.Accepted, ss.FlushLSN, ss.CommitLSN = r.Term, r.Accepted, r.FlushLSN, r.CommitLSN
 				ss.StartLSN, ss.ArchivedLSN = r.StartLSN, r.ArchivedLSN
+				for id, fb := range r.Consumers {
+					if s.Consumers == nil {
+						s.Consumers = map[string]server.Feedback{}
+					}
+					o := s.Consumers[id]
+					s.Consumers[id] = server.Feedback{Received: max(o.Received, fb.Received), Durable: max(o.Durable, fb.Durable), Uploaded: max(o.Uploaded, fb.Uploaded)}
+				}
 			}
 			cl.Close()
 		}
@@ -188,6 +201,10 @@ func (s *Status) Print(w io.Writer) {
 	if len(s.Safekeepers) > 0 {
 		c := groupCommit(s.Safekeepers)
 		fmt.Fprintf(w, "safekeepers  commit %s (a majority's flush)  commit_lag %d B\n", c, lagBytes(s.CurrentLSN, c))
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.Consumers)) {
+		fb := s.Consumers[id]
+		fmt.Fprintf(w, "wal consumer %s  received %s  durable %s  uploaded %s\n", id, fb.Received, fb.Durable, fb.Uploaded)
 	}
 	for _, k := range s.Safekeepers {
 		if k.Err != "" {

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/stratadb/strata/core/safekeeper/server"
 )
 
 // TestStatusPrintProcesses: the process table shows LSNs and a lag only
@@ -81,14 +83,15 @@ func TestStatusGroupCommit(t *testing.T) {
 		{Name: "sk1", Term: 3, Accepted: true, FlushLSN: 5000, CommitLSN: 3000, StartLSN: 1000, ArchivedLSN: 2000},
 		{Name: "sk2", Term: 3, Accepted: true, FlushLSN: 4800, CommitLSN: 3100},
 		{Name: "sk3", Term: 2, Accepted: true, FlushLSN: 4900, CommitLSN: 2000}, // an older term
-	}}
+	}, Consumers: map[string]server.Feedback{"pageserver-x": {Received: 4800, Durable: 4700, Uploaded: 3000}}}
 	if got := groupCommit(s.Safekeepers); got != 4800 {
 		t.Fatalf("group commit %d, want 4800 (sk1 and sk2 flushed it in term 3)", got)
 	}
 	var b strings.Builder
 	s.Print(&b)
 	if !strings.Contains(b.String(), "safekeepers  commit 0/12C0 (a majority's flush)  commit_lag 200 B") ||
-		!strings.Contains(b.String(), "safekeeper sk1  term 3  flush 0/1388  own commit 0/BB8  local WAL from 0/3E8  archived 0/7D0") {
+		!strings.Contains(b.String(), "safekeeper sk1  term 3  flush 0/1388  own commit 0/BB8  local WAL from 0/3E8  archived 0/7D0") ||
+		!strings.Contains(b.String(), "wal consumer pageserver-x  received 0/12C0  durable 0/125C  uploaded 0/BB8") {
 		t.Fatalf("status:\n%s", b.String())
 	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
