@@ -252,9 +252,11 @@ fill:
 	const sum = "SELECT count(*) || ' ' || md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t"
 	want := queryString(t, ctx, url, sum)
 	losePageserver(t, c)
+	t0 := time.Now()
 	if url, err = c.Up(ctx, func(s string) { t.Log(s) }); err != nil {
 		t.Fatal(err)
 	}
+	up := time.Since(t0)
 	if got := queryString(t, ctx, url, sum); got != want {
 		t.Fatalf("after the pageserver's folder was lost: %s, want %s", got, want)
 	}
@@ -268,5 +270,5 @@ fill:
 	if fromArchive == 0 {
 		t.Fatal("no safekeeper logged that it streamed removed WAL from the archive")
 	}
-	t.Logf("%d rows back; %d safekeeper(s) streamed removed WAL from the archive", rows, fromArchive)
+	t.Logf("%d rows back, strata up took %s; %d safekeeper(s) streamed removed WAL from the archive", rows, up.Round(time.Millisecond), fromArchive)
 }

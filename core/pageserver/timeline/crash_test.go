@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/core/pageserver/manifest"
@@ -191,5 +193,65 @@ func TestFirstDataPublishedAtOnce(t *testing.T) {
 	defer tl2.Close()
 	if got, err := tl2.GetPage(ctx, rel.Page(0), LatestLSN, 0); err != nil || !bytes.Equal(got, page(1)) {
 		t.Fatalf("page 0 from the object store alone: %v", err)
+	}
+}
+
+// TestBatchNeverSpansLayers: the consistent LSN, where a timeline restarted
+// from the object store resumes WAL ingest, must cover every version in
+// layer files and none in memory, so one ingest batch (its deltas, then the
+// image policy's images at the same LSNs) must land in one in-memory
+// layer. The deltas used to fill the open layer past the checkpoint
+// distance and freeze it before the images were stored in the next one:
+// once the first was flushed, the manifest's consistent LSN was below
+// deltas in layer files, and a pageserver on an empty disk ingested those
+// records again (seen under strata up: "will not overwrite used item").
+func TestBatchNeverSpansLayers(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	remote := &manifest.Remote{Store: objectstore.NewMemory()}
+	id := pg.TimelineID{0xE3}
+	open := func(dir string) *Timeline {
+		tl, err := Open(ctx, id, dir, smallOpts(), Deps{Log: zerolog.Nop(), Commit: commit, Remote: remote,
+			Redo: concatRedo{}, Policy: PushdownPolicy{N: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	tl := open(t.TempDir())
+	defer tl.Close()
+	k := keyspace.RelBlock(rel.Page(0))
+	if err := tl.Ingest(ctx, []Change{{Key: k, LSN: 0x100, Kind: layer.WillInit, Data: []byte("a")}}, 0x100); err != nil {
+		t.Fatal(err)
+	}
+	// More than the checkpoint distance (16 KiB) in one batch: a new page
+	// (a base: no image due) and a delta of k, for which the policy adds a
+	// small image at 0x200.
+	big := bytes.Repeat([]byte("n"), 20<<10)
+	if err := tl.Ingest(ctx, []Change{
+		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x200, Kind: layer.WillInit, Data: big},
+		{Key: k, LSN: 0x200, Kind: layer.Delta, Data: []byte("b")},
+	}, 0x200); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.flushFrozen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tl.mu.RLock()
+	m := tl.manifestLocked()
+	tl.mu.RUnlock()
+	for _, d := range m.Layers {
+		if d.IsDelta() && d.LSNEnd-1 > m.DiskConsistentLSN {
+			t.Fatalf("layer %s holds versions up to %s, above the consistent LSN %s", d.Name, d.LSNEnd-1, m.DiskConsistentLSN)
+		}
+	}
+	if err := tl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tl2 := open(t.TempDir())
+	defer tl2.Close()
+	if got := tl2.LSNs().LastRecord; got > 0x100 && got < 0x200 {
+		t.Fatalf("from the object store the timeline resumes at %s, inside what its layers hold", got)
 	}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // maybeFreeze freezes the open layer when it is too big, spans too many
-// LSN bytes or is too old, and wakes the background loop. A timeline
+// LSN bytes or is too old, and wakes the background loop. REQUIRES:
+// t.writeMu held (a freeze never splits a write; afterWriteLocked). A timeline
 // with an object store and no layer at all freezes its first data at
 // once: a new timeline's first writes (initdb's output, which the compute
 // stores in one gated batch) then reach the object store within a
@@ -61,9 +62,11 @@ func (t *Timeline) freezeLocked() error {
 // delta layer files, then saves the local manifest. Pending (gated)
 // versions are not flushed.
 func (t *Timeline) Flush(ctx context.Context) error {
+	t.writeMu.Lock() // between writes (afterWriteLocked)
 	t.mu.Lock()
 	err := t.freezeLocked()
 	t.mu.Unlock()
+	t.writeMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -874,7 +877,9 @@ func (t *Timeline) background() {
 		if err := t.SyncIngested(); err != nil {
 			t.log.Error().Err(err).Msg("syncing ingested WAL")
 		}
+		t.writeMu.Lock() // between writes (afterWriteLocked)
 		t.maybeFreeze()
+		t.writeMu.Unlock()
 		t1 := time.Now()
 		if err := t.flushFrozen(ctx); err != nil {
 			t.log.Error().Err(err).Msg("flush")

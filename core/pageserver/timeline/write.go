@@ -116,7 +116,13 @@ func (t *Timeline) ingest(ctx context.Context, cs []Change, lastRecord pg.LSN, s
 		// versions as durable.
 		t.dirty.Store(true)
 	}
-	if err := t.putLocked(cs, false, sync); err != nil {
+	// The deltas and the images below land in one in-memory layer: no
+	// freeze between them (storeLocked does not freeze, and every other
+	// freeze holds writeMu). A batch split across two layers left the
+	// first, once flushed, holding versions above the consistent LSN of
+	// the manifest (the second's floor), and a timeline restarted from the
+	// object store ingested those records again.
+	if err := t.storeLocked(cs, false, sync); err != nil {
 		return err
 	}
 	if err := t.releaseLocked(t.d.Commit.CommitLSN()); err != nil {
@@ -128,26 +134,50 @@ func (t *Timeline) ingest(ctx context.Context, cs []Change, lastRecord pg.LSN, s
 	if err != nil {
 		return err
 	}
-	if err := t.putLocked(imgs, false, sync); err != nil {
+	if err := t.storeLocked(imgs, false, sync); err != nil {
 		return err
 	}
 	t.advanceLastRecord(lastRecord)
 	if sync {
-		// putLocked synced what it wrote; earlier buffered versions need
+		// storeLocked synced what it wrote; earlier buffered versions need
 		// their own sync (an empty cs wrote nothing).
 		if err := t.syncLocked(); err != nil {
 			return err
 		}
 		t.markSynced(t.lastRecord.Load())
 	}
+	return t.afterWriteLocked()
+}
+
+// putLocked stores cs (storeLocked) and then freezes the open layer if it
+// is due. REQUIRES: t.writeMu held.
+func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
+	if err := t.storeLocked(cs, gated, sync); err != nil {
+		return err
+	}
+	return t.afterWriteLocked()
+}
+
+// afterWriteLocked ends a write: it freezes the open layer when it is due,
+// and a writer that outruns flushing flushes itself. Only between writes:
+// one write's versions stay in one in-memory layer. REQUIRES: t.writeMu.
+func (t *Timeline) afterWriteLocked() error {
+	t.maybeFreeze()
+	// Backpressure: a writer that outruns flushing flushes itself.
+	t.mu.RLock()
+	behind := len(t.frozen) > maxFrozen
+	t.mu.RUnlock()
+	if behind {
+		return t.flushFrozen(context.Background())
+	}
 	return nil
 }
 
-// putLocked assigns Seqs and stores cs; sync fsyncs the log before it
+// storeLocked assigns Seqs and stores cs; sync fsyncs the log before it
 // returns. Readers are not blocked while the versions are appended to the
 // log: t.mu is held only to assign Seqs and take the open layer.
 // REQUIRES: t.writeMu held.
-func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
+func (t *Timeline) storeLocked(cs []Change, gated, sync bool) error {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -247,14 +277,6 @@ func (t *Timeline) putLocked(cs []Change, gated, sync bool) error {
 		if err := t.releaseLocked(commit); err != nil {
 			return err
 		}
-	}
-	t.maybeFreeze()
-	// Backpressure: a writer that outruns flushing flushes itself.
-	t.mu.RLock()
-	behind := len(t.frozen) > maxFrozen
-	t.mu.RUnlock()
-	if behind {
-		return t.flushFrozen(context.Background())
 	}
 	return nil
 }
