@@ -233,7 +233,19 @@ fill:
 			if st, err = c.Status(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if removed(st) {
+			if !removed(st) {
+				continue
+			}
+			// Stable: the last batch's layer, frozen when it filled,
+			// may still be on its way to the object store (seen in CI:
+			// the replacement then needed no removed WAL). No write
+			// follows, so a state that holds for 3 s stays.
+			remote := st.PageserverRemote
+			time.Sleep(3 * time.Second)
+			if st, err = c.Status(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if removed(st) && st.PageserverRemote == remote {
 				break fill
 			}
 		}

@@ -17,15 +17,15 @@ import (
 )
 
 // maybeFreeze freezes the open layer when it is too big, spans too many
-// LSN bytes or is too old, and wakes the background loop. REQUIRES:
-// t.writeMu held (a freeze never splits a write; afterWriteLocked). A timeline
-// with an object store and no layer at all freezes its first data at
-// once: a new timeline's first writes (initdb's output, which the compute
-// stores in one gated batch) then reach the object store within a
-// background round, not a checkpoint timeout later. Until then a
-// pageserver that lost its disk would find nothing of the timeline, and
-// the compute could not start; from an older copy it can (Postgres
-// replays the WAL since that copy's checkpoint).
+// LSN bytes or is too old, and wakes the background loop. A timeline with
+// an object store and no layer at all freezes its first data at once: a
+// new timeline's first writes (initdb's output, which the compute stores
+// in one gated batch) then reach the object store within a background
+// round, not a checkpoint timeout later. Until then a pageserver that lost
+// its disk would find nothing of the timeline, and the compute could not
+// start; from an older copy it can (Postgres replays the WAL since that
+// copy's checkpoint). REQUIRES: t.writeMu held, so that a freeze never
+// splits a write (afterWriteLocked).
 func (t *Timeline) maybeFreeze() {
 	t.mu.Lock()
 	b, _, lo, hi, _, created := t.open.Stats()
