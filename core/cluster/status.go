@@ -154,8 +154,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 					if s.Consumers == nil {
 						s.Consumers = map[string]server.Feedback{}
 					}
-					o := s.Consumers[id]
-					s.Consumers[id] = server.Feedback{Received: max(o.Received, fb.Received), Durable: max(o.Durable, fb.Durable), Uploaded: max(o.Uploaded, fb.Uploaded)}
+					s.Consumers[id] = s.Consumers[id].Max(fb)
 				}
 			}
 			cl.Close()

@@ -12,7 +12,6 @@ package safekeeper
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -57,17 +56,15 @@ type Deps struct {
 
 // Node is one running safekeeper.
 type Node struct {
-	cfg  Config
-	log  zerolog.Logger
-	reg  *prometheus.Registry
-	m    *metrics
-	st   *walstore.Store
-	arch *archive.Archiver
-	// archStore holds the archive (set with arch).
-	archStore objectstore.Store
-	peers     []*server.Client
-	grpcSrv   *grpc.Server
-	lis       net.Listener
+	cfg     Config
+	log     zerolog.Logger
+	reg     *prometheus.Registry
+	m       *metrics
+	st      *walstore.Store
+	arch    *archive.Archiver
+	peers   []*server.Client
+	grpcSrv *grpc.Server
+	lis     net.Listener
 
 	mu        sync.Mutex
 	acc       *election.Acceptor
@@ -141,7 +138,6 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	if deps.Archive != nil && cfg.Archive.Enabled {
 		rank, size := groupRank(cfg.ListenAddr, cfg.Peers)
-		n.archStore = deps.Archive
 		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter,
 			Rank: rank, GroupSize: size, Takeover: cfg.Archive.Takeover, Logger: log}, st)
 	}
@@ -655,9 +651,7 @@ func (n *Node) Feedback(consumer string, fb server.Feedback) {
 // noteConsumerLocked merges a consumer's progress, reported by the
 // consumer or by a peer, into what this node knows. REQUIRES: n.mu held.
 func (n *Node) noteConsumerLocked(consumer string, fb server.Feedback) {
-	old := n.consumers[consumer]
-	n.consumers[consumer] = server.Feedback{Received: max(old.Received, fb.Received),
-		Durable: max(old.Durable, fb.Durable), Uploaded: max(old.Uploaded, fb.Uploaded)}
+	n.consumers[consumer] = n.consumers[consumer].Max(fb)
 }
 
 // consumerDurable is the lowest LSN that every known consumer made durable
@@ -996,46 +990,13 @@ func (n *Node) ArchivedSegment(ctx context.Context, lsn pg.LSN) (pg.LSN, []byte,
 	if n.arch == nil {
 		return 0, nil, fmt.Errorf("%w: %s was removed and this safekeeper archives no WAL", walstore.ErrNotHeld, lsn)
 	}
-	ctl := n.st.Control()
-	size := n.st.SegmentSize()
-	no := uint64(lsn) / size
-	name := walstore.SegmentName(ctl.Timeline, no, size)
-	seg, err := archive.Segment(ctx, n.archStore, n.cfg.Archive.Prefix, ctl.SystemID, name, int64(size))
-	if errors.Is(err, objectstore.ErrNotFound) {
-		return 0, nil, fmt.Errorf("%w: %s is below this safekeeper's WAL (from %s) and segment %s is not in the archive",
-			walstore.ErrNotHeld, lsn, ctl.StartLSN, name)
-	}
+	start, seg, name, err := n.arch.ReadSegment(ctx, lsn)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := checkSegmentStart(seg, pg.LSN(no*size), ctl.SystemID); err != nil {
-		return 0, nil, fmt.Errorf("%w: archived segment %s: %w", walstore.ErrCorrupt, name, err)
-	}
 	n.m.fromArchive.Add(float64(len(seg)))
 	n.log.Info().Str("segment", name).Msg("safekeeper: streaming removed WAL from the archive")
-	return pg.LSN(no * size), seg, nil
-}
-
-// checkSegmentStart checks the long page header that starts a WAL
-// segment (PostgreSQL 15: magic 0xD110, the page's own address, the
-// cluster's system identifier), so that an object that is not this
-// cluster's segment is an error rather than WAL a consumer would read as
-// its end.
-func checkSegmentStart(seg []byte, start pg.LSN, systemID uint64) error {
-	const longHeader = 40
-	if len(seg) < longHeader {
-		return fmt.Errorf("%d bytes, shorter than a page header", len(seg))
-	}
-	magic, addr, sys := binary.LittleEndian.Uint16(seg), pg.LSN(binary.LittleEndian.Uint64(seg[8:])), binary.LittleEndian.Uint64(seg[24:])
-	switch {
-	case magic != 0xD110:
-		return fmt.Errorf("first page has magic %#04x, want 0xd110 (PostgreSQL 15 WAL)", magic)
-	case addr != start:
-		return fmt.Errorf("first page is at %s, want %s", addr, start)
-	case systemID != 0 && sys != systemID:
-		return fmt.Errorf("system identifier %d, this cluster's is %d", sys, systemID)
-	}
-	return nil
+	return start, seg, nil
 }
 
 var (

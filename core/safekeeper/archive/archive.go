@@ -17,6 +17,7 @@ package archive
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -299,23 +300,59 @@ func Fetch(ctx context.Context, store objectstore.Store, prefix string, systemID
 	return nil
 }
 
-// Segment returns archived segment segName whole: only a full segment
-// counts (a partial copy is not all of the segment's WAL). It returns
-// objectstore.ErrNotFound when the store has no full copy.
-func Segment(ctx context.Context, store objectstore.Store, prefix string, systemID uint64, segName string, segSize int64) ([]byte, error) {
-	r, err := store.Get(ctx, Key(prefix, systemID, segName, false))
+// ReadSegment reads back the archived segment that holds lsn, whole (for
+// a WAL stream from below the store's start LSN), and returns its first
+// LSN and name. Only a full segment counts: a partial copy is not all of
+// the segment's WAL. A segment not in the archive is walstore.ErrNotHeld;
+// an object that is not that segment of this cluster (its first page
+// header: magic, page address, system identifier) is walstore.ErrCorrupt,
+// not WAL that a consumer would read as its end.
+func (a *Archiver) ReadSegment(ctx context.Context, lsn pg.LSN) (pg.LSN, []byte, string, error) {
+	ctl := a.st.Control()
+	size := a.st.SegmentSize()
+	no := uint64(lsn) / size
+	start := pg.LSN(no * size)
+	name := walstore.SegmentName(ctl.Timeline, no, size)
+	r, err := a.o.Store.Get(ctx, Key(a.o.Prefix, ctl.SystemID, name, false))
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return 0, nil, name, fmt.Errorf("%w: %s is below this safekeeper's WAL (from %s) and segment %s is not in the archive",
+			walstore.ErrNotHeld, lsn, ctl.StartLSN, name)
+	}
 	if err != nil {
-		return nil, err
+		return 0, nil, name, err
 	}
 	defer r.Close()
-	buf, err := io.ReadAll(io.LimitReader(r, segSize+1))
+	buf, err := io.ReadAll(io.LimitReader(r, int64(size)+1))
 	if err != nil {
-		return nil, fmt.Errorf("archive: read %s: %w", segName, err)
+		return 0, nil, name, fmt.Errorf("archive: read %s: %w", name, err)
 	}
-	if int64(len(buf)) != segSize {
-		return nil, fmt.Errorf("archive: %s holds %d bytes, a segment is %d", segName, len(buf), segSize)
+	if uint64(len(buf)) != size {
+		return 0, nil, name, fmt.Errorf("%w: archived segment %s holds %d bytes, a segment is %d", walstore.ErrCorrupt, name, len(buf), size)
 	}
-	return buf, nil
+	if err := checkSegmentStart(buf, start, ctl.SystemID); err != nil {
+		return 0, nil, name, fmt.Errorf("%w: archived segment %s: %w", walstore.ErrCorrupt, name, err)
+	}
+	return start, buf, name, nil
+}
+
+// checkSegmentStart checks the long page header that starts a WAL
+// segment (PostgreSQL 15: magic 0xD110, the page's own address, the
+// cluster's system identifier).
+func checkSegmentStart(seg []byte, start pg.LSN, systemID uint64) error {
+	const longHeader = 40
+	if len(seg) < longHeader {
+		return fmt.Errorf("%d bytes, shorter than a page header", len(seg))
+	}
+	magic, addr, sys := binary.LittleEndian.Uint16(seg), pg.LSN(binary.LittleEndian.Uint64(seg[8:])), binary.LittleEndian.Uint64(seg[24:])
+	switch {
+	case magic != 0xD110:
+		return fmt.Errorf("first page has magic %#04x, want 0xd110 (PostgreSQL 15 WAL)", magic)
+	case addr != start:
+		return fmt.Errorf("first page is at %s, want %s", addr, start)
+	case systemID != 0 && sys != systemID:
+		return fmt.Errorf("system identifier %d, this cluster's is %d", sys, systemID)
+	}
+	return nil
 }
 
 // SystemIDs lists the system identifiers with archived WAL under prefix.

@@ -49,6 +49,12 @@ type Feedback struct {
 	Received, Durable, Uploaded pg.LSN
 }
 
+// Max is the higher of f's and o's figures, each on its own (progress
+// reported at different times, or by different members, only advances).
+func (f Feedback) Max(o Feedback) Feedback {
+	return Feedback{Received: max(f.Received, o.Received), Durable: max(f.Durable, o.Durable), Uploaded: max(f.Uploaded, o.Uploaded)}
+}
+
 // Bound says how far a WAL stream may go.
 type Bound int
 
