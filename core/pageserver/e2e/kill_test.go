@@ -17,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/service"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -340,6 +343,15 @@ func killDuringIngest(t *testing.T, emptyDisk bool) {
 	}()
 
 	time.Sleep(4 * time.Second)
+	if emptyDisk {
+		// The replacement has only the object store: the imported base
+		// must be there (at a slow start the first uploads still wait out
+		// the injected faults at 4 s; without the base there is nothing
+		// to replace, see TestReplaceBeforeBaseUploaded).
+		waitFor(t, 60*time.Second, "the base in the object store", func() bool {
+			return cur.info(t).LSNs.RemoteConsistent >= w0
+		})
+	}
 	mu.Lock()
 	old := cur
 	cur = &proc{}
@@ -430,4 +442,46 @@ func killDuringIngest(t *testing.T, emptyDisk bool) {
 	waitFor(t, time.Minute, "the replacement's ingest past the shutdown checkpoint", func() bool { return p4.info(t).LSNs.LastRecord > wEnd })
 	np4 := comparePages(t, p4.c, tlID, srv.DataDir, rels, client.LatestLSN, 1)
 	t.Logf("empty local disk with the safekeepers: ingest resumed at %s, caught up past %s, %d pages equal", resume, wEnd, np4)
+}
+
+// TestReplaceBeforeBaseUploaded: a pageserver on an empty disk that is
+// told to bootstrap a timeline from a data directory Postgres has run on
+// since (the setup of the replacement above) starts when the object store
+// holds the timeline, and otherwise stops with an error that says the
+// timeline is in neither place, instead of importing pages that are newer
+// than the checkpoint they would be filed under.
+func TestReplaceBeforeBaseUploaded(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	srv := pgtest.Start(t, pgtest.Options{})
+	srv.Stop()
+	uploaded, other := objectstore.NewMemory(), objectstore.NewMemory()
+	run := func(store objectstore.Store, ready func()) error {
+		cfg := pageserver.DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.ListenAddr = "127.0.0.1:0"
+		cfg.MetricsAddr = ""
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		return service.Run(ctx, service.Options{Config: cfg, Store: store, Log: testLog(t), Timeline: tlID, BootstrapFrom: srv.DataDir,
+			Ready: func(string, *pageserver.Pageserver) { ready(); cancel() }})
+	}
+	// The first pageserver imports the stopped directory; a graceful stop
+	// publishes it.
+	imported := false
+	if err := run(uploaded, func() { imported = true }); err != nil || !imported {
+		t.Fatalf("first pageserver: ready %v, %v", imported, err)
+	}
+	srv.Launch()
+	srv.Exec("postgres", "CREATE TABLE t AS SELECT 1 AS x")
+	err := run(other, func() { t.Error("a replacement with an empty object store served") })
+	if !errors.Is(err, service.ErrBootstrap) || !strings.Contains(err.Error(), "neither on this disk nor in the object store") {
+		t.Fatalf("replacement with an empty object store: %v", err)
+	}
+	t.Logf("replacement with an empty object store: %v", err)
+	served := false
+	if err := run(uploaded, func() { served = true }); err != nil || !served {
+		t.Fatalf("replacement with the uploaded base: ready %v, %v", served, err)
+	}
 }

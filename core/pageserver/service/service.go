@@ -115,6 +115,12 @@ func bootstrap(ctx context.Context, ps *pageserver.Pageserver, o Options) (func(
 		return nil, nil
 	}
 	if err != nil {
+		if terr != nil && o.Store != nil {
+			// A replacement on an empty disk whose object store has no
+			// copy of the timeline: the first pageserver never uploaded
+			// the base, or this is another store.
+			return nil, fmt.Errorf("%w (timeline %s is neither on this disk nor in the object store, so it was never uploaded there or this is another object store; a data directory Postgres has run on cannot be imported again)", err, o.Timeline)
+		}
 		return nil, err
 	}
 	if terr != nil {
