@@ -54,26 +54,12 @@ func decodeFile(path string, env []string, out any) error {
 			return fmt.Errorf("%w: %s: not valid YAML: %v", ErrInvalid, path, err)
 		}
 	}
-	known, free := schemaKeys(reflect.TypeOf(out).Elem(), "")
 	// Unknown keys first, so that a typo gets a message about the typo and not
 	// about a value.
-	var unknown []string
-	for _, k := range v.AllKeys() {
-		if !known[k] && !underFree(k, free) && !isParentOfKnown(k, known) {
-			unknown = append(unknown, k)
-		}
+	if err := checkKeys(v.AllKeys(), reflect.TypeOf(out).Elem(), where); err != nil {
+		return err
 	}
-	sort.Strings(unknown)
-	if len(unknown) > 0 {
-		msg := fmt.Sprintf("%s: unknown key %s", where, unknown[0])
-		if s := suggest(unknown[0], known); s != "" {
-			msg += fmt.Sprintf(" (did you mean %s?)", s)
-		}
-		if len(unknown) > 1 {
-			msg += fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
-		}
-		return fmt.Errorf("%w: %s", ErrInvalid, msg)
-	}
+	known, _ := schemaKeys(reflect.TypeOf(out).Elem(), "")
 	envs := map[string]string{}
 	for _, kv := range env {
 		if k, val, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, EnvPrefix) {
@@ -111,6 +97,30 @@ func decodeFile(path string, env []string, out any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalid, where, cleanDecodeError(err))
 	}
 	return nil
+}
+
+// checkKeys returns an error naming the first of keys (dotted, as viper
+// gives them) that the struct type t has no place for, with a suggestion.
+func checkKeys(keys []string, t reflect.Type, where string) error {
+	known, free := schemaKeys(t, "")
+	var unknown []string
+	for _, k := range keys {
+		if !known[k] && !underFree(k, free) && !isParentOfKnown(k, known) {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	if len(unknown) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: unknown key %s", where, unknown[0])
+	if s := suggest(unknown[0], known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	if len(unknown) > 1 {
+		msg += fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, msg)
 }
 
 // numberToString lets a YAML number stand where a string is expected (a

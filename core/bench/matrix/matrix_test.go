@@ -2,7 +2,10 @@ package matrix
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +102,53 @@ func TestShippedConfigs(t *testing.T) {
 				t.Errorf("%s: %v", f, err)
 			}
 		}
+	}
+}
+
+// TestDocsMatrix: the matrix example of docs/benchmarks.md (every key
+// the file format has, with comments) parses, and so do its commented
+// target examples once uncommented (core/config's TestDocsConfigKeys
+// leaves matrices to this test).
+func TestDocsMatrix(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(b, -1)
+	n := 0
+	for _, blk := range blocks {
+		text := string(blk[1])
+		if !strings.Contains(text, "\nworkload:") {
+			continue
+		}
+		n++
+		if _, err := Parse([]byte(text)); err != nil {
+			t.Errorf("the example matrix: %v", err)
+		}
+		// The commented targets ("  # - {...}" and "  # - name: ...", with
+		// their "  #   key: ..." lines) uncommented, prose lines dropped.
+		var lines []string
+		for _, l := range strings.Split(text, "\n") {
+			switch {
+			case strings.HasPrefix(l, "  # - "):
+				lines = append(lines, "  - "+strings.TrimPrefix(l, "  # - "))
+			case regexp.MustCompile(`^  #   (kind|profile|config|url|receivers|quorum): `).MatchString(l):
+				lines = append(lines, "    "+strings.TrimPrefix(l, "  #   "))
+			case strings.HasPrefix(l, "  #"):
+			default:
+				lines = append(lines, l)
+			}
+		}
+		m, err := Parse([]byte(strings.Join(lines, "\n")))
+		if err != nil {
+			t.Errorf("the example matrix with its commented targets: %v", err)
+			continue
+		}
+		if len(m.Targets) < 5 {
+			t.Errorf("the example matrix with its commented targets has %d targets, want 5", len(m.Targets))
+		}
+	}
+	if n == 0 {
+		t.Fatal("no matrix example in docs/benchmarks.md")
 	}
 }
