@@ -907,9 +907,11 @@ func losePageserver(t *testing.T, c *Cluster) {
 // says Postgres shut down cleanly; the safekeepers hold the WAL written
 // since. The agent must make Postgres replay that WAL (crash recovery
 // from the old checkpoint) rather than start clean and write over it:
-// the row committed after the clean stop is there.
+// the row committed after the clean stop is there. Then the object store
+// loses the timeline too (a folder lost before its first upload): strata
+// up fails, the agent saying why, and runs no initdb over the WAL.
 func TestPageserverFolderLostWhileRunning(t *testing.T) {
-	c, _ := newTestCluster(t)
+	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	url, err := c.Up(ctx, func(s string) { t.Log(s) })
@@ -936,4 +938,39 @@ func TestPageserverFolderLostWhileRunning(t *testing.T) {
 	if clog := tail(filepath.Join(c.dataDir, "compute", "compute.log"), 1<<20); !strings.Contains(clog, "Postgres runs crash recovery to the end of it") {
 		t.Fatal("the agent did not log that it forced crash recovery past the clean shutdown")
 	}
+
+	// Now the object store loses the timeline too (the state of a folder
+	// lost before its first upload, or another object store): the agent
+	// must refuse to start rather than run initdb over a cluster whose
+	// WAL the safekeepers hold.
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.dataDir, "pageserver")); err != nil {
+		t.Fatal(err)
+	}
+	store, err := fs.New(cfg.ObjectStore.FS, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := store.List(ctx, "timelines/", func(o objectstore.ObjectInfo) error { keys = append(keys, o.Key); return nil }); err != nil || len(keys) == 0 {
+		t.Fatalf("listing the timelines' objects: %d, %v", len(keys), err)
+	}
+	for _, k := range keys {
+		if err := store.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store.Close()
+	_, err = c.Up(ctx, func(string) {})
+	clog := tail(filepath.Join(c.dataDir, "compute", "compute.log"), 1<<20)
+	if err == nil || !strings.Contains(clog, "has no files: they belong to another cluster") {
+		t.Fatalf("up with the timeline lost everywhere: %v\n%s", err, tail(filepath.Join(c.dataDir, "compute", "compute.log"), 2048))
+	}
+	if strings.Contains(clog[strings.LastIndex(clog, "has no files"):], "initdb") {
+		t.Fatal("the agent ran initdb after refusing")
+	}
+	t.Logf("up with the timeline lost everywhere: %v", err)
+	c.Down(ctx, func(string) {})
 }
