@@ -551,8 +551,11 @@ func (c *Cluster) safekeeperArgs(i int, id, dir string) []string {
 	}
 	if c.cfg.Storage.ImagePolicy == "writeback" {
 		// The pageserver ingests no WAL, so no consumer ever says what
-		// may go: keep SafekeeperRetain bytes, the archive holds the rest.
-		args = append(args, "--archive-retain", strconv.FormatUint(SafekeeperRetain, 10))
+		// may go: keep cluster.safekeeper_wal_retain bytes, the archive
+		// holds the rest (validated with the config).
+		if n, err := c.cfg.Cluster.SafekeeperWALRetainBytes(); err == nil && n > 0 {
+			args = append(args, "--archive-retain", strconv.FormatInt(n, 10))
+		}
 	}
 	if a := c.metricsAddr(i); a != "" {
 		args = append(args, "--metrics-addr", a)
@@ -568,10 +571,6 @@ func (c *Cluster) safekeeperArgs(i int, id, dir string) []string {
 	}
 	return args
 }
-
-// SafekeeperRetain is how much archived WAL each safekeeper of a
-// writeback-mode cluster keeps locally (--archive-retain).
-const SafekeeperRetain = 1 << 30
 
 // waitQuorum waits until enough safekeepers stream from Postgres for a
 // synchronous commit to return.

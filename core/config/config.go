@@ -145,7 +145,18 @@ type Cluster struct {
 	// make the usual calls: about 30% more CPU per transaction
 	// (docs/benchmarks.md, Safekeepers).
 	SafekeeperRawSyscalls bool `mapstructure:"safekeeper_raw_syscalls"`
+	// SafekeeperWALRetain is how much archived WAL each safekeeper keeps
+	// on its disk in writeback mode, where no pageserver ingests WAL and
+	// so none says what it may remove (`strata safekeeper
+	// --archive-retain`; default 1GiB; 0 keeps all of it). Older WAL is
+	// read from the archive (a compute that starts from an old
+	// checkpoint). Redo mode removes WAL below what the pageserver made
+	// durable instead.
+	SafekeeperWALRetain string `mapstructure:"safekeeper_wal_retain"`
 }
+
+// SafekeeperWALRetainBytes parses SafekeeperWALRetain.
+func (c Cluster) SafekeeperWALRetainBytes() (int64, error) { return ParseBytes(c.SafekeeperWALRetain) }
 
 // PageserverGRPCPort returns the pageserver's port (PageserverPort, or the
 // one after the safekeepers').
@@ -371,7 +382,7 @@ var ObjectStoreTypes = []string{"fs", "s3", "gcs", "azure"}
 // the embedded single-machine cluster under ./.strata.
 func Default() Config {
 	return Config{
-		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1, SafekeeperRawSyscalls: true},
+		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1, SafekeeperRawSyscalls: true, SafekeeperWALRetain: "1GiB"},
 		Compute: Compute{
 			Port:           55432,
 			OSUser:         "postgres",
@@ -429,6 +440,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Cluster.DataDir == "" {
 		errs = append(errs, errors.New("cluster.data_dir: required"))
+	}
+	if n, err := c.Cluster.SafekeeperWALRetainBytes(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster.safekeeper_wal_retain: %v", err))
+	} else if n < 0 {
+		errs = append(errs, fmt.Errorf("cluster.safekeeper_wal_retain: %q: want 0 or more", c.Cluster.SafekeeperWALRetain))
 	}
 	if c.Cluster.SafekeeperGOMAXPROCS < 0 {
 		errs = append(errs, fmt.Errorf("cluster.safekeeper_gomaxprocs: %d: want 0 (Go's default) or more", c.Cluster.SafekeeperGOMAXPROCS))

@@ -56,6 +56,17 @@ func TestDefaultsOnly(t *testing.T) {
 	if err != nil || cfg.Cluster.SafekeeperRawSyscalls {
 		t.Fatalf("cluster.safekeeper_raw_syscalls: false in the file: %+v, %v", cfg.Cluster, err)
 	}
+	if n, err := Default().Cluster.SafekeeperWALRetainBytes(); err != nil || n != 1<<30 {
+		t.Fatalf("default cluster.safekeeper_wal_retain: %d, %v", n, err)
+	}
+	cfg, err = LoadEnv("", []string{"STRATA_CLUSTER_SAFEKEEPER_WAL_RETAIN=0"})
+	if n, _ := cfg.Cluster.SafekeeperWALRetainBytes(); err != nil || n != 0 {
+		t.Fatalf("cluster.safekeeper_wal_retain 0 from the environment: %+v, %v", cfg.Cluster, err)
+	}
+	_, err = LoadEnv(writeFile(t, "cluster:\n  safekeeper_wal_retain: 2 parsecs\n"), nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cluster.safekeeper_wal_retain") {
+		t.Fatalf("a bad cluster.safekeeper_wal_retain: %v", err)
+	}
 }
 
 func TestEnvOverrides(t *testing.T) {
