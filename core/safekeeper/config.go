@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Config is a safekeeper's configuration, mounted under the YAML key
-// "safekeeper:".
+// Config is a safekeeper's configuration: the flags of `strata
+// safekeeper` (BindFlags); the config file has no safekeeper section.
 type Config struct {
 	// ID names the safekeeper. It is the application_name it streams under,
 	// so synchronous_standby_names must list it (e.g. 'ANY 2 (sk1, sk2, sk3)').
