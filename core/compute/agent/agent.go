@@ -882,7 +882,7 @@ func (a *Agent) elect(ctx context.Context) (uint64, []string, safekeeper.Elected
 		if len(ids) >= a.cfg.Quorum && (len(errs) == 0 || time.Since(quorumAt) >= electGrace) {
 			if len(errs) > 0 {
 				a.log.Warn().Err(errors.Join(errs...)).Dur("waited", time.Since(quorumAt)).
-					Msg("electing without every safekeeper: the missing ones do not count for synchronous commit until the compute restarts")
+					Msg("electing without every safekeeper: the missing ones join the term and count for synchronous commit once they answer")
 			}
 			break
 		}

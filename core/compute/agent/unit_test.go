@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stratadb/strata/core/compute/fusefs"
+	"github.com/stratadb/strata/core/compute/redobackend"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -114,6 +116,30 @@ func TestPrintReportReadAhead(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "read-ahead") {
 		t.Fatalf("a read-ahead line with nothing fetched:\n%s", buf.String())
+	}
+}
+
+// TestPrintReportRedoStore: in redo mode the report shows the local page
+// store; in writeback mode (no store) it does not.
+func TestPrintReportRedoStore(t *testing.T) {
+	var buf bytes.Buffer
+	r := Report{State: "running", Strategy: "shared-buffers", PageSource: "redo", RedoStore: &redobackend.Stats{Pages: 120, Pinned: 7, Evicted: 30, Refetches: 2}}
+	if err := PrintReport(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "redo store (redo): 120 pages, 7 pinned, 30 evicted, 2 re-read at the WAL position\n"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("report:\n%s\nwant the line %q", buf.String(), want)
+	}
+	b, err := json.Marshal(r)
+	if err != nil || !strings.Contains(string(b), `"redo_store":{"pages":120,"pinned":7,"evicted":30,"refetches":2}`) {
+		t.Fatalf("JSON report %s, %v", b, err)
+	}
+	buf.Reset()
+	if err := PrintReport(&buf, Report{State: "running", Strategy: "shared-buffers", PageSource: "writeback"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "redo store") {
+		t.Fatalf("a redo store line in writeback mode:\n%s", buf.String())
 	}
 }
 

@@ -174,6 +174,9 @@ func PrintReport(w io.Writer, r Report) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if rs := r.RedoStore; rs != nil {
+		fmt.Fprintf(w, "redo store (%s): %d pages, %d pinned, %d evicted, %d re-read at the WAL position\n", r.PageSource, rs.Pages, rs.Pinned, rs.Evicted, rs.Refetches)
+	}
 	if ra := r.ReadAhead; ra.Batches > 0 {
 		fmt.Fprintf(w, "read-ahead: %d pages fetched in %d batches, %d used, %d dropped unread\n", ra.Fetched, ra.Batches, ra.Used, ra.Dropped)
 	}

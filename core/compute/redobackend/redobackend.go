@@ -496,9 +496,11 @@ func (b *Backend) Send(ctx context.Context) error {
 
 // Stats are the local store's counters.
 type Stats struct {
-	Pages, Pinned, Evicted int
+	Pages   int `json:"pages"`
+	Pinned  int `json:"pinned"`
+	Evicted int `json:"evicted"`
 	// Refetches counts reads of evicted pages asked again at W (see ReadPage).
-	Refetches int
+	Refetches int `json:"refetches"`
 }
 
 // Stats returns the local store's current sizes.
