@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/stratadb/strata/internal/doccheck"
 )
 
 // docCommand is a `strata ...` command line quoted in the README or docs/.
@@ -26,18 +28,13 @@ var (
 // or in shell blocks (continuation lines joined, comments cut).
 func docCommands(t *testing.T) []docCommand {
 	t.Helper()
-	files := []string{"../../README.md"}
-	for _, g := range []string{"../../docs/*.md", "../../docs/*/*.md"} {
-		m, _ := filepath.Glob(g)
-		files = append(files, m...)
-	}
 	var out []docCommand
 	add := func(f, line string) {
 		line, _, _ = strings.Cut(line, " #")
-		out = append(out, docCommand{where: strings.TrimPrefix(f, "../../"), args: strings.Fields(line)})
+		out = append(out, docCommand{where: f, args: strings.Fields(line)})
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for _, f := range doccheck.Files("../..") {
+		b, err := os.ReadFile(filepath.Join("../..", f))
 		if err != nil {
 			t.Fatal(err)
 		}

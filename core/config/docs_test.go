@@ -1,47 +1,14 @@
 package config
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/spf13/viper"
+
+	"github.com/stratadb/strata/internal/doccheck"
 )
-
-// yamlBlock is a ```yaml block of a Markdown file and where it starts.
-type yamlBlock struct {
-	where string // file:line
-	text  string
-}
-
-var fence = regexp.MustCompile("(?s)```yaml\n(.*?)```")
-
-// docYAMLBlocks returns every ```yaml block of the README and docs/.
-func docYAMLBlocks(t *testing.T) []yamlBlock {
-	t.Helper()
-	files := []string{"../../README.md"}
-	for _, g := range []string{"../../docs/*.md", "../../docs/*/*.md"} {
-		m, _ := filepath.Glob(g)
-		files = append(files, m...)
-	}
-	var out []yamlBlock
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range fence.FindAllSubmatchIndex(b, -1) {
-			line := 1 + bytes.Count(b[:m[0]], []byte("\n"))
-			out = append(out, yamlBlock{where: strings.TrimPrefix(f, "../../") + ":" + strconv.Itoa(line), text: string(b[m[2]:m[3]])})
-		}
-	}
-	return out
-}
 
 // TestDocsConfigKeys: every key of every strata configuration example in
 // the README and docs/ is one the loader knows (values may be
@@ -58,11 +25,15 @@ func TestDocsConfigKeys(t *testing.T) {
 		}
 	}
 	checked := 0
-	for _, b := range docYAMLBlocks(t) {
+	blocks, err := doccheck.Blocks("../..", doccheck.Files("../.."), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
 		v := viper.New()
 		v.SetConfigType("yaml")
-		if err := v.ReadConfig(strings.NewReader(b.text)); err != nil {
-			t.Errorf("%s: not valid YAML: %v", b.where, err)
+		if err := v.ReadConfig(strings.NewReader(b.Text)); err != nil {
+			t.Errorf("%s: not valid YAML: %v", b.Where(), err)
 			continue
 		}
 		var tops []string
@@ -75,10 +46,10 @@ func TestDocsConfigKeys(t *testing.T) {
 			if v.IsSet("workload") && v.IsSet("targets") {
 				continue // a benchmark matrix
 			}
-			t.Errorf("%s: a YAML block with top-level keys %v is neither a strata config (sections %v) nor a benchmark matrix", b.where, tops, sections)
+			t.Errorf("%s: a YAML block with top-level keys %v is neither a strata config (sections %v) nor a benchmark matrix", b.Where(), tops, sections)
 			continue
 		}
-		if err := checkKeys(v.AllKeys(), ct, b.where); err != nil {
+		if err := checkKeys(v.AllKeys(), ct, b.Where()); err != nil {
 			t.Error(err)
 		}
 		checked++

@@ -75,7 +75,7 @@ func TestPluginGuideCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "plugins.md"))
+	blocks, err := Blocks(root, []string{"docs/plugins.md"}, "go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +85,10 @@ func TestPluginGuideCompiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
 	kinds := map[string]int{}
 	var frags, sigs []string
-	for i, m := range blocks {
-		b := m[1]
+	for i, blk := range blocks {
+		b := blk.Text
 		switch {
 		case strings.HasPrefix(b, "package "):
 			write(fmt.Sprintf("block%d.go", i), b)
@@ -106,7 +105,7 @@ func TestPluginGuideCompiles(t *testing.T) {
 				sigs = append(sigs, b)
 				kinds["signature"]++
 			} else {
-				t.Errorf("docs/plugins.md Go block %d is neither a file, a test, statements nor a method signature:\n%s", i+1, b)
+				t.Errorf("%s: a Go block that is neither a file, a test, statements nor a method signature:\n%s", blk.Where(), b)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package matrix
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/bench/target"
+	"github.com/stratadb/strata/internal/doccheck"
 )
 
 func TestScheduleInterleaves(t *testing.T) {
@@ -110,14 +110,13 @@ func TestShippedConfigs(t *testing.T) {
 // target examples once uncommented (core/config's TestDocsConfigKeys
 // leaves matrices to this test).
 func TestDocsMatrix(t *testing.T) {
-	b, err := os.ReadFile("../../../docs/benchmarks.md")
+	blocks, err := doccheck.Blocks("../../..", []string{"docs/benchmarks.md"}, "yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(b, -1)
 	n := 0
 	for _, blk := range blocks {
-		text := string(blk[1])
+		text := blk.Text
 		if !strings.Contains(text, "\nworkload:") {
 			continue
 		}
