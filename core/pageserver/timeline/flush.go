@@ -900,7 +900,7 @@ func (t *Timeline) background() {
 		t4 := time.Now()
 		if t.d.Remote != nil && !t.d.Now().Before(nextUpload) {
 			if err := t.Upload(ctx); err != nil {
-				backoff = min(max(2*backoff, 100*time.Millisecond), 30*time.Second)
+				backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 				nextUpload = t.d.Now().Add(backoff)
 				t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("upload")
 			} else {
