@@ -381,6 +381,10 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 	if err != nil {
 		return Proc{}, fmt.Errorf("cluster: storage.gc_horizon: %w", err)
 	}
+	imageBytes, err := c.cfg.Storage.ImageLayerByteCount()
+	if err != nil {
+		return Proc{}, fmt.Errorf("cluster: storage.image_layer_bytes: %w", err)
+	}
 	args := []string{"pageserver",
 		"--listen", c.pageserverAddr(),
 		"--data-dir", dir,
@@ -391,6 +395,7 @@ func (c *Cluster) startPageserver(ctx context.Context, tl, filesTL pg.TimelineID
 		"--hot-burst", strconv.Itoa(c.cfg.Storage.HotBurst),
 		"--pitr", c.cfg.Storage.PITR.String(),
 		"--gc-horizon", strconv.FormatInt(horizon, 10),
+		"--image-layer-bytes", strconv.FormatInt(imageBytes, 10),
 		// A supervisor starts it again if it dies after running 10 s:
 		// its durable state is on disk and in the object store. Page
 		// writes it held that were not yet durable are lost; the compute

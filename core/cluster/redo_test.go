@@ -180,7 +180,7 @@ func TestRedoRefusesPageSourceSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	wb := *cfg
-	wb.Storage = config.Storage{PageSource: config.PageSourceWriteback, ImagePolicy: "writeback"}
+	wb.Storage.PageSource, wb.Storage.ImagePolicy = config.PageSourceWriteback, "writeback"
 	c2, err := New(&wb, c.strata, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

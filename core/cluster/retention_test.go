@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,8 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// TestStorageRetention: storage.pitr and storage.gc_horizon reach the
+// TestStorageRetention: storage.pitr, storage.gc_horizon and
+// storage.image_layer_bytes reach the
 // pageserver of `strata up`. With two seconds and 1 MiB of history, the GC
 // cutoff (`strata status`) rises above zero once the first in-memory layer
 // (64 MB of pages) is flushed, and stays at least gc_horizon below the last
@@ -23,7 +25,7 @@ func TestStorageRetention(t *testing.T) {
 	metrics := consecutiveFree(t, 5)
 	c, cfg := newTestClusterEdited(t, func(y string) string {
 		y = strings.Replace(y, "metrics_port: 0", "metrics_port: "+itoa(metrics), 1)
-		return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n"
+		return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n  image_layer_bytes: 8MiB\n"
 	})
 	if cfg.Cluster.MetricsPort != metrics {
 		t.Fatalf("metrics_port %d, want %d", cfg.Cluster.MetricsPort, metrics)
@@ -87,6 +89,21 @@ func TestStorageRetention(t *testing.T) {
 	if r := st.Compute; r == nil || r.State != "running" || r.W == 0 || !strings.Contains(out.String(), "compute   running  term ") {
 		t.Fatalf("strata status has no running compute agent line (report %+v):\n%s", r, out.String())
 	}
+	// storage.image_layer_bytes reached the pageserver: 100 MB of page
+	// writes past 8 MiB made image layers (the 256 MiB default makes none
+	// here).
+	deadline = time.Now().Add(90 * time.Second)
+	for {
+		body := httpGet(t, ctx, "http://127.0.0.1:"+itoa(metrics+3)+"/metrics")
+		if n := imageLayers(body); n > 0 {
+			t.Logf("%d image layer files", n)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no image layer after 100 MB of page writes with image_layer_bytes 8MiB:\n%s", grepLines(body, "strata_pageserver_layers"))
+		}
+		time.Sleep(time.Second)
+	}
 	for i, name := range map[int]string{0: "safekeeper", 3: "pageserver"} {
 		body := httpGet(t, ctx, "http://127.0.0.1:"+itoa(metrics+i)+"/metrics")
 		if !strings.Contains(body, "strata_"+name+"_disk_free_bytes ") {
@@ -121,4 +138,32 @@ func httpGet(t *testing.T, ctx context.Context, url string) string {
 		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
 	}
 	return string(b)
+}
+
+// imageLayers sums the pageserver's strata_pageserver_layers{kind="image"}
+// gauges in a /metrics body.
+func imageLayers(body string) int {
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "strata_pageserver_layers{") || !strings.Contains(line, `kind="image"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -71,10 +71,20 @@ type Storage struct {
 	// GCHorizon: ... and at least this much WAL of history behind the last
 	// record ("64MiB", "1GB" or bytes; default 64MiB).
 	GCHorizon string `mapstructure:"gc_horizon"`
+	// ImageLayerBytes: the writeback and fpi policies (and pushdown's and
+	// hot's layer rule) write an image layer of the whole database after
+	// this many bytes of delta layers, and never before the deltas reach
+	// the last image layer's size ("256MiB", "1GB" or bytes; default
+	// 256MiB). Smaller: shorter delta chains and earlier GC, more image
+	// bytes written.
+	ImageLayerBytes string `mapstructure:"image_layer_bytes"`
 }
 
 // GCHorizonBytes parses GCHorizon.
 func (s Storage) GCHorizonBytes() (int64, error) { return ParseBytes(s.GCHorizon) }
+
+// ImageLayerByteCount parses ImageLayerBytes.
+func (s Storage) ImageLayerByteCount() (int64, error) { return ParseBytes(s.ImageLayerBytes) }
 
 // Validate checks the storage section.
 func (s *Storage) Validate() error {
@@ -105,6 +115,11 @@ func (s *Storage) Validate() error {
 	}
 	if _, err := s.GCHorizonBytes(); err != nil {
 		return fmt.Errorf("storage.gc_horizon: %w", err)
+	}
+	if n, err := s.ImageLayerByteCount(); err != nil {
+		return fmt.Errorf("storage.image_layer_bytes: %w", err)
+	} else if n < 1<<20 {
+		return fmt.Errorf("storage.image_layer_bytes: %s: must be at least 1MiB (each image layer rewrites the whole database)", s.ImageLayerBytes)
 	}
 	return nil
 }
@@ -401,7 +416,7 @@ func Default() Config {
 			},
 		},
 		Storage: Storage{PageSource: PageSourceWriteback, ImagePolicy: "writeback", PushdownDeltas: 16, HotBurst: 4,
-			PITR: time.Hour, GCHorizon: "64MiB"},
+			PITR: time.Hour, GCHorizon: "64MiB", ImageLayerBytes: "256MiB"},
 		Log: Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
 			Type: "fs",

@@ -128,6 +128,8 @@ func TestErrorsNameKeyAndFile(t *testing.T) {
 		{"bad pitr", "storage:\n  pitr: an hour\n", nil, []string{"storage.pitr"}},
 		{"negative pitr", "storage:\n  pitr: -5m\n", nil, []string{"storage.pitr", "-5m"}},
 		{"bad gc horizon", "storage:\n  gc_horizon: plenty\n", nil, []string{"storage.gc_horizon", "plenty"}},
+		{"bad image layer bytes", "storage:\n  image_layer_bytes: lots\n", nil, []string{"storage.image_layer_bytes", "lots"}},
+		{"tiny image layer bytes", "storage:\n  image_layer_bytes: 64kB\n", nil, []string{"storage.image_layer_bytes", "64kB", "at least 1MiB"}},
 		{"bad pageserver port", "cluster:\n  pageserver_port: 70000\n", nil, []string{"cluster.pageserver_port", "70000"}},
 		{"negative safekeeper gomaxprocs", "cluster:\n  safekeeper_gomaxprocs: -2\n", nil, []string{"cluster.safekeeper_gomaxprocs", "-2"}},
 	} {
@@ -167,6 +169,23 @@ func TestStorageRetention(t *testing.T) {
 	}
 	if h, _ := cfg.Storage.GCHorizonBytes(); cfg.Storage.PITR != 90*time.Second || h != 1<<30 {
 		t.Fatalf("pitr %s, gc_horizon %d; want 90s (the environment), 1 GiB", cfg.Storage.PITR, h)
+	}
+}
+
+func TestImageLayerBytes(t *testing.T) {
+	cfg, err := LoadEnv("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cfg.Storage.ImageLayerByteCount(); err != nil || n != 256<<20 {
+		t.Fatalf("default image_layer_bytes %d (%v), want 256 MiB", n, err)
+	}
+	cfg, err = LoadEnv(writeFile(t, "storage:\n  image_layer_bytes: 1GB\n"), []string{"STRATA_STORAGE_IMAGE_LAYER_BYTES=32MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cfg.Storage.ImageLayerByteCount(); n != 32<<20 {
+		t.Fatalf("image_layer_bytes %d, want 32 MiB (the environment)", n)
 	}
 }
 

@@ -118,6 +118,8 @@ func (c Config) Validate() error {
 		return bad("compaction_threshold must be at least 2")
 	case c.WaitLSNTimeout <= 0 || c.CheckpointTimeout <= 0:
 		return bad("timeouts must be positive")
+	case c.ImageLayerBytes < 0:
+		return bad("image_layer_bytes %d: must be 0 (256 MiB) or positive", c.ImageLayerBytes)
 	case c.CacheBytes < 0 || c.MaxLocalBytes < 0 || c.UploadParallelism <= 0:
 		return bad("cache_bytes, max_local_bytes must be >= 0 and upload_parallelism > 0")
 	}

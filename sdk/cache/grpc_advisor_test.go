@@ -16,10 +16,14 @@ import (
 )
 
 // halving advises half the capacity whenever the previous period had no
-// hits, and refuses budgets it finds absurd.
+// hits, refuses budgets it finds absurd and says it is closed when asked
+// about a negative period.
 type halving struct{ floor int64 }
 
 func (h halving) Advise(_ context.Context, obs cache.Observation) (cache.Advice, error) {
+	if obs.Period < 0 {
+		return cache.Advice{}, cache.ErrClosed
+	}
 	if obs.BudgetBytes > 1<<50 {
 		return cache.Advice{}, cache.ErrBadSize
 	}
@@ -78,6 +82,11 @@ func TestAdvisorGRPC(t *testing.T) {
 	obs.BudgetBytes = 1 << 60
 	if _, err := a.Advise(ctx, obs); !errors.Is(err, cache.ErrBadSize) {
 		t.Fatalf("Advise: %v, want ErrBadSize", err)
+	}
+	closed := obs
+	closed.Period = -time.Second
+	if _, err := a.Advise(ctx, closed); !errors.Is(err, cache.ErrClosed) {
+		t.Fatalf("Advise: %v, want ErrClosed", err)
 	}
 	// A cancelled context comes back as context.Canceled.
 	cctx, cancel := context.WithCancel(ctx)

@@ -18,7 +18,8 @@ import (
 //   - fpi: images only from full page images in the WAL. Needs Postgres
 //     with full_page_writes=on, which bounds every delta chain to the
 //     changes since the page's first modification after a checkpoint.
-//   - pushdown (the default in redo mode): an image after N deltas or N
+//   - pushdown (the usual redo-mode choice; writeback is the default and
+//     is refused with page_source redo): an image after N deltas or N
 //     bytes of deltas on a key, made by the redo engine at ingest.
 //   - hot: pushdown plus an image as soon as a key gets Burst deltas in one
 //     ingest batch (write-hot pages are materialized eagerly).

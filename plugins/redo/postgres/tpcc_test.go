@@ -81,7 +81,8 @@ select case when :r <= 45 then new_order(:w, :d, :c, :n)::text
             else (select count(*) from stock where s_w_id = :w and s_quantity < 20)::text end;
 `
 
-// runTPCC loads the schema and runs txns transactions on 2 clients.
+// runTPCC loads the schema and runs txns transactions on each of 2
+// clients (2*txns in all).
 func runTPCC(t testing.TB, s *pgtest.Server, txns int) error {
 	for _, q := range tpccSchema {
 		s.Exec("postgres", q)
