@@ -733,6 +733,9 @@ func (a *Agent) start(ctx context.Context) error {
 	if err := a.ensureReplUser(ctx); err != nil {
 		return err
 	}
+	if a.cfg.PageSource == PageSourceRedo {
+		a.ensureRedoGuard(ctx)
+	}
 	// Once a quorum of safekeepers streams, fsync waits for durability
 	// (invariant 2). Not before: the safekeepers' first connection creates
 	// their replication slots, and Postgres fsyncs a slot's state file

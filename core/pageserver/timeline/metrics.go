@@ -25,6 +25,7 @@ type Metrics struct {
 	uploadErrors  prometheus.Counter
 	manifestSaves prometheus.Counter
 	raisedWrites  prometheus.Counter
+	unsupported   prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -49,9 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		manifestSaves: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_local_manifest_saves_total", Help: "Local manifest writes (each with an fsync); skipped when nothing changed."}),
 		raisedWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_writes_raised_total",
 			Help: "Compute writes whose W lay below the newest image layer's LSN, stored at that LSN instead (else the image would hide them)."}),
+		unsupported: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_redo_unsupported_total",
+			Help: "Images the image policy wanted at ingest but the redo engine could not make: a record of the page is of a type it does not replay (hash, GIN, GiST, SP-GiST, BRIN, generic WAL). Ingest goes on; reads of those pages fail."}),
 	}
 	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
-		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites)
+		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported)
 	return m
 }
 
@@ -77,6 +80,12 @@ func (m *Metrics) reconstructed(deltas int) {
 func (m *Metrics) raised(n int) {
 	if m != nil && n > 0 {
 		m.raisedWrites.Add(float64(n))
+	}
+}
+
+func (m *Metrics) unsupportedImage() {
+	if m != nil {
+		m.unsupported.Inc()
 	}
 }
 

@@ -2,10 +2,13 @@ package timeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/sdk/pg"
 	"github.com/stratadb/strata/sdk/redo"
 )
 
@@ -222,10 +225,38 @@ func (t *Timeline) DueImages(ctx context.Context, cs []Change) ([]Change, error)
 		if err == nil {
 			d, _, err = t.materialize(ctx, c.Key, c.LSN, cands)
 		}
+		if errors.Is(err, redo.ErrUnsupported) {
+			// The deltas stay stored (nothing of the WAL is lost) and
+			// ingest goes on: one page the engine cannot rebuild must not
+			// stop every other page's WAL. Reads of this page fail with
+			// the same error until a base version (a full page image)
+			// replaces its chain.
+			t.d.Metrics.unsupportedImage()
+			t.logUnsupported(c.Key, c.LSN, err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("timeline: %s materialization of %s at %s: %w", t.d.Policy.Name(), c.Key, c.LSN, err)
 		}
 		imgs = append(imgs, Change{Key: c.Key, LSN: c.LSN, Kind: layer.Image, Data: d})
 	}
 	return imgs, nil
+}
+
+// unsupportedLogEvery bounds the error log of pages whose image the redo
+// engine cannot make (the metric counts every one).
+const unsupportedLogEvery = time.Minute
+
+// logUnsupported logs a page the image policy wanted an image of but the
+// redo engine cannot rebuild: the first one of the timeline and then at
+// most one a minute, with how many were skipped in between.
+func (t *Timeline) logUnsupported(k keyspace.Key, lsn pg.LSN, err error) {
+	now := time.Now()
+	t.unsupported.n++
+	if !t.unsupported.last.IsZero() && now.Sub(t.unsupported.last) < unsupportedLogEvery {
+		return
+	}
+	t.log.Error().Err(err).Stringer("key", k).Stringer("lsn", lsn).Int("pages_since_last_log", t.unsupported.n).
+		Msg("the redo engine cannot rebuild this page (redo mode supports heap and btree relations only): its WAL is kept and ingest goes on, but reads of the page fail; drop the index (or table) it belongs to, or use storage.page_source: writeback")
+	t.unsupported.last, t.unsupported.n = now, 0
 }

@@ -2,6 +2,8 @@ package timeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -52,6 +54,75 @@ func TestPushdownMaterializes(t *testing.T) {
 	}
 	if got, _ := tl.Get(ctx, k, 35); string(got) != "abc" {
 		t.Fatalf("value at 35 %q", got)
+	}
+}
+
+// unsupportedRedo is concatRedo, except that a record "x" is one it
+// cannot replay.
+type unsupportedRedo struct{ concatRedo }
+
+func (r unsupportedRedo) Apply(k keyspace.Key, lsn pg.LSN, base []byte, recs [][]byte) ([]byte, error) {
+	for _, rec := range recs {
+		if string(rec) == "x" {
+			return nil, fmt.Errorf("%w: X/INSERT", redo.ErrUnsupported)
+		}
+	}
+	return r.concatRedo.Apply(k, lsn, base, recs)
+}
+
+// TestPushdownUnsupportedRecord: a page whose chain holds a record the
+// redo engine cannot replay gets no image, but Ingest stores its deltas
+// and goes on (one unsupported index must not stop the WAL of every other
+// page), the other pages get their images, reads of that page fail with
+// redo.ErrUnsupported, and a base version (a full page image) makes it
+// readable again.
+func TestPushdownUnsupportedRecord(t *testing.T) {
+	ctx := context.Background()
+	tl, err := Open(ctx, pg.TimelineID{0xD5}, t.TempDir(), smallOpts(), Deps{Log: zerolog.Nop(), Commit: &CommitLSN{},
+		Redo: unsupportedRedo{}, Policy: PushdownPolicy{N: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	bad := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 1})
+	good := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 1, Rel: 2})
+	batches := [][]Change{
+		{{Key: bad, LSN: 10, Kind: layer.WillInit, Data: []byte("a")}, {Key: good, LSN: 10, Kind: layer.WillInit, Data: []byte("a")}},
+		{{Key: bad, LSN: 20, Kind: layer.Delta, Data: []byte("x")}, {Key: good, LSN: 20, Kind: layer.Delta, Data: []byte("b")}},
+		{{Key: bad, LSN: 30, Kind: layer.Delta, Data: []byte("c")}, {Key: good, LSN: 30, Kind: layer.Delta, Data: []byte("c")}},
+		{{Key: bad, LSN: 40, Kind: layer.Delta, Data: []byte("d")}, {Key: good, LSN: 40, Kind: layer.Delta, Data: []byte("d")}},
+	}
+	for _, b := range batches {
+		if err := tl.Ingest(ctx, b, b[0].LSN); err != nil {
+			t.Fatalf("Ingest at %s: %v", b[0].LSN, err)
+		}
+	}
+	if got := tl.LSNs().LastRecord; got != 40 {
+		t.Fatalf("last record %s, want 0/28: ingest stopped", got)
+	}
+	if got, err := tl.Get(ctx, good, 40); err != nil || string(got) != "abcd" {
+		t.Fatalf("good page: %q, %v", got, err)
+	}
+	// b and c made an image at 30: the read of 40 stops there.
+	if cs, _, err := tl.collect(ctx, good, 40); err != nil || len(cs) != 2 || cs[1].v.Kind != layer.Image || cs[1].v.LSN != 30 {
+		t.Fatalf("good page: %d versions, want d on the image at 30 (%v)", len(cs), err)
+	}
+	if _, err := tl.Get(ctx, bad, 40); !errors.Is(err, redo.ErrUnsupported) {
+		t.Fatalf("unsupported page: %v, want redo.ErrUnsupported", err)
+	}
+	cs, _, err := tl.collect(ctx, bad, 40)
+	if err != nil || len(cs) != 4 {
+		t.Fatalf("unsupported page: %d versions (%v), want its 4 kept", len(cs), err)
+	}
+	if got, err := tl.Get(ctx, bad, 10); err != nil || string(got) != "a" {
+		t.Fatalf("unsupported page before the record: %q, %v", got, err)
+	}
+	// A full page image ends the chain the engine cannot replay.
+	if err := tl.Ingest(ctx, []Change{{Key: bad, LSN: 50, Kind: layer.Image, Data: []byte("F")}, {Key: bad, LSN: 60, Kind: layer.Delta, Data: []byte("g")}}, 60); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tl.Get(ctx, bad, 60); err != nil || string(got) != "Fg" {
+		t.Fatalf("after a full page image: %q, %v", got, err)
 	}
 }
 

@@ -241,6 +241,11 @@ type Timeline struct {
 	dirty      atomic.Bool   // IngestBuffered appended versions that no fsync covers yet
 	cache      *pageCache
 	chains     map[keyspace.Key]int // chainState per key: deltas and their bytes since its last base (DueImages)
+	// unsupported rate-limits logUnsupported (under writeMu, as DueImages).
+	unsupported struct {
+		last time.Time
+		n    int
+	}
 
 	flushMu sync.Mutex // one flush/compaction/GC/upload at a time
 	kick    chan struct{}

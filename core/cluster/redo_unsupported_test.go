@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestRedoUnsupportedIndex: in redo mode the compute agent's event
+// trigger refuses indexes whose WAL the Go redo engine does not replay
+// (hash, GIN, GiST, ...), in the databases there at the start and in one
+// created from template1 later. With the trigger disabled, hash and GIN
+// indexes do not stop WAL ingest: the pageserver keeps their records, logs
+// that it cannot rebuild their pages, and goes on ingesting everything
+// else (before, the first image the pushdown policy wanted of such a page
+// failed the ingest batch and the stream was retried forever: the
+// pageserver stayed behind the safekeepers for good). After the indexes
+// are dropped, a new compute with an empty local store reads the table
+// back from the pageserver, and the disabled trigger stays disabled.
+func TestRedoUnsupportedIndex(t *testing.T) {
+	c, _ := newRedoCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE g (id int, a int[], b box)")
+	exec1(t, ctx, url, "CREATE INDEX g_btree ON g (id)")
+	for _, ddl := range []string{
+		"CREATE INDEX g_gin ON g USING gin (a)",
+		"ALTER TABLE g ADD CONSTRAINT g_excl EXCLUDE USING gist (b WITH &&)",
+	} {
+		if err := tryExec(ctx, url, ddl); err == nil || !strings.Contains(err.Error(), "strata redo mode cannot rebuild the pages of") {
+			t.Fatalf("%s: %v, want the redo index guard's refusal", ddl, err)
+		}
+	}
+	exec1(t, ctx, url, "CREATE DATABASE later")
+	later := strings.Replace(url, "/postgres?", "/later?", 1)
+	exec1(t, ctx, later, "CREATE TABLE h (id int)")
+	if err := tryExec(ctx, later, "CREATE INDEX ON h USING hash (id)"); err == nil || !strings.Contains(err.Error(), "hash indexes") {
+		t.Fatalf("hash index in a database created after the start: %v, want the guard's refusal", err)
+	}
+	exec1(t, ctx, url, "ALTER EVENT TRIGGER strata_redo_index_guard DISABLE")
+	exec1(t, ctx, url, "CREATE INDEX g_hash ON g USING hash (id)")
+	exec1(t, ctx, url, "CREATE INDEX g_gin ON g USING gin (a)")
+	exec1(t, ctx, url, "INSERT INTO g SELECT i, ARRAY[i % 10, i % 7] FROM generate_series(1, 20000) i")
+	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM g WHERE a @> ARRAY[3]"); got != "4571" {
+		t.Fatalf("rows with 3: %s, want 4571 (2000 + 2857 - 286)", got)
+	}
+	end, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_insert_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PageserverLast >= end {
+			t.Logf("the pageserver ingested past %s (last record %s)", end, st.PageserverLast)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pageserver's last record is %s, still below %s after a minute: WAL ingest stopped at the hash or GIN records", st.PageserverLast, end)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(c.dataDir, "pageserver", "pageserver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "the redo engine cannot rebuild this page") {
+		t.Fatal("the pageserver did not log the pages it cannot rebuild")
+	}
+	exec1(t, ctx, url, "DROP INDEX g_hash, g_gin")
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if url, err = c.Up(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*) || ' ' || sum(id) FROM g"); got != "20000 200010000" {
+		t.Fatalf("after down and up: %s, want 20000 rows summing to 200010000", got)
+	}
+	if got := queryString(t, ctx, url, "SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = 'strata_redo_index_guard'"); got != "D" {
+		t.Fatalf("the disabled guard is %q after a restart, want D (disabled)", got)
+	}
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+}
