@@ -64,6 +64,11 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.PageserverLast >= end {
+			var out strings.Builder
+			st.Print(&out)
+			if !strings.Contains(out.String(), "  ingest_lag ") {
+				t.Fatalf("strata status of a redo cluster shows no ingest_lag:\n%s", out.String())
+			}
 			t.Logf("the pageserver ingested past %s (last record %s)", end, st.PageserverLast)
 			break
 		}

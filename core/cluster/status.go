@@ -55,6 +55,10 @@ type Status struct {
 	// PageserverGCCutoff: the oldest LSN the pageserver still reads at
 	// (storage.pitr and storage.gc_horizon move it up).
 	PageserverGCCutoff pg.LSN
+	// IngestsWAL: the pageserver follows the safekeepers' WAL (redo mode,
+	// or an image policy other than writeback), so its last record should
+	// keep up with the group's commit LSN.
+	IngestsWAL bool
 	// Compute is the agent's report (nil when it does not answer).
 	Compute *agent.Report
 	// Disk: what each part keeps on local disk; Free: the room left on
@@ -83,7 +87,8 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	pgs := c.postgres()
-	s := &Status{URLRedacted: fmt.Sprintf("postgres://postgres:***@127.0.0.1:%d/postgres", st.Port)}
+	s := &Status{URLRedacted: fmt.Sprintf("postgres://postgres:***@127.0.0.1:%d/postgres", st.Port),
+		IngestsWAL: c.cfg.Storage.ImagePolicy != "writeback"}
 	s.PostgresPID, _ = pgs.PID()
 	byName := map[string]*ProcStatus{}
 	for _, p := range st.Procs {
@@ -195,7 +200,14 @@ func (s *Status) Print(w io.Writer) {
 			r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Strategy)
 	}
 	if s.Timeline != "" {
-		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff)
+		ingest := ""
+		if s.IngestsWAL && len(s.Safekeepers) > 0 && s.PageserverLast > 0 {
+			// WAL the group committed that ingest has not reached: a
+			// figure that only grows means ingest is stuck (its log says
+			// why).
+			ingest = fmt.Sprintf("  ingest_lag %d B", lagBytes(groupCommit(s.Safekeepers), s.PageserverLast))
+		}
+		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s%s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff, ingest)
 	}
 	if len(s.Safekeepers) > 0 {
 		c := groupCommit(s.Safekeepers)

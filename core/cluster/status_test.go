@@ -94,6 +94,17 @@ func TestStatusGroupCommit(t *testing.T) {
 		!strings.Contains(b.String(), "wal consumer pageserver-x  received 0/12C0  durable 0/125C  uploaded 0/BB8") {
 		t.Fatalf("status:\n%s", b.String())
 	}
+	if strings.Contains(b.String(), "ingest_lag") {
+		t.Fatalf("ingest_lag shown for a pageserver that ingests no WAL:\n%s", b.String())
+	}
+	// A pageserver that follows the WAL shows how far it trails the
+	// group's commit LSN.
+	s.Timeline, s.PageserverLast, s.IngestsWAL = "abc", 4000, true
+	b.Reset()
+	s.Print(&b)
+	if !strings.Contains(b.String(), "pageserver  timeline abc  last_record 0/FA0  durable 0/0  remote 0/0  gc_cutoff 0/0  ingest_lag 800 B") {
+		t.Fatalf("status:\n%s", b.String())
+	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
 	if got := groupCommit(s.Safekeepers); got != 3000 {
 		t.Fatalf("group commit %d with one of two term-3 members down, want sk1's own 3000", got)
