@@ -33,9 +33,11 @@ type BatchReader interface {
 // Fetched pages wait here until read, once; a write, truncation, creation
 // or unlink of the fork drops the pages it touches, fetched or in flight,
 // so a reader never gets a version older than the last write (the fetch
-// itself asks with not_modified_since from the last-written-LSN map). Pages
-// nobody reads are dropped after readAheadTTL, and at most readAheadCap
-// windows of pages are held. A parallel sequential scan hands its workers
+// itself asks with not_modified_since from the last-written-LSN map). At
+// most readAheadCap windows of pages are held: when a new window would pass
+// that, the fetched pages nobody read within readAheadTTL are dropped
+// first (lazily: take hands out a page of any age, which is still the
+// newest, as every write of this compute drops its page). A parallel sequential scan hands its workers
 // chunks of 32-64 blocks: each worker is a reader of its own, and the
 // window it fetches past the end of its chunk is often read by the next
 // worker (or dropped unread: 14-15% of the pages fetched in a

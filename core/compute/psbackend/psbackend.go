@@ -4,9 +4,10 @@
 // (the compute's WAL position), and the pageserver keeps them pending until
 // the commit LSN reaches W (DESIGN.md invariant 2).
 //
-// Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync,
-// relation size changes and Close send the buffer first, and reads see
-// buffered pages. A full buffer is sent by a background flusher, so the
+// Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync
+// and Close send the buffer first, and so does a file or folder change
+// after a fork was created or truncated (settle); reads see buffered
+// pages. A full buffer is sent by a background flusher, so the
 // write that fills it does not wait for the round trip; only a buffer four
 // times the size (the pageserver slower than the writes) makes the writer
 // send it itself.
@@ -83,8 +84,8 @@ type Options struct {
 	// one PutPages (default 64; 1 sends every write at once, in the
 	// writer's call). A full buffer is sent in the background; at four
 	// times WriteBuffer the writer sends it itself and waits. Buffered
-	// pages are read back from the buffer; Sync, relation size changes and
-	// Close send them first.
+	// pages are read back from the buffer; Sync and Close send them first
+	// (and a file or folder change after a fork was created or truncated).
 	WriteBuffer int
 	Log         zerolog.Logger
 }
