@@ -860,8 +860,12 @@ func (t *Timeline) background() {
 	defer t.wg.Done()
 	tick := time.NewTicker(t.opts.BackgroundInterval)
 	defer tick.Stop()
-	backoff := time.Duration(0)
-	var nextUpload time.Time
+	upload := retryAfter{min: 100 * time.Millisecond, max: 10 * time.Second}
+	// A failed image layer is retried later, not at the next round: it
+	// materializes every page of the database before it fails, and a page
+	// the redo engine cannot rebuild (an index whose WAL it does not
+	// replay, allowed by an operator in redo mode) fails every attempt.
+	images := retryAfter{min: 30 * time.Second, max: 30 * time.Minute}
 	for {
 		select {
 		case <-t.stop:
@@ -888,9 +892,11 @@ func (t *Timeline) background() {
 		if err := t.Compact(ctx, false); err != nil {
 			t.log.Error().Err(err).Msg("compaction")
 		}
-		if n, b, img := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b, img) {
+		if n, b, img := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b, img) && images.due(t.d.Now()) {
 			if err := t.CreateImageLayer(ctx, t.LSNs().Durable); err != nil {
-				t.log.Error().Err(err).Msg("image layer")
+				t.log.Error().Err(err).Dur("retry_in", images.failed(t.d.Now())).Msg("image layer")
+			} else {
+				images.succeeded()
 			}
 		}
 		t3 := time.Now()
@@ -898,13 +904,11 @@ func (t *Timeline) background() {
 			t.log.Error().Err(err).Msg("gc")
 		}
 		t4 := time.Now()
-		if t.d.Remote != nil && !t.d.Now().Before(nextUpload) {
+		if t.d.Remote != nil && upload.due(t.d.Now()) {
 			if err := t.Upload(ctx); err != nil {
-				backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-				nextUpload = t.d.Now().Add(backoff)
-				t.log.Warn().Err(err).Dur("retry_in", backoff).Msg("upload")
+				t.log.Warn().Err(err).Dur("retry_in", upload.failed(t.d.Now())).Msg("upload")
 			} else {
-				backoff = 0
+				upload.succeeded()
 			}
 		}
 		t.EvictCold()
@@ -939,3 +943,26 @@ func (t *Timeline) deltasSinceImage() (n int, b, image int64) {
 	}
 	return n, b, image
 }
+
+// retryAfter spaces the attempts of a failing background step: after a
+// failure the next one waits min, then twice as long after each further
+// failure, at most max; a success resets it.
+type retryAfter struct {
+	min, max time.Duration
+	wait     time.Duration
+	next     time.Time
+}
+
+// due says whether the step may run at now.
+func (r *retryAfter) due(now time.Time) bool { return !now.Before(r.next) }
+
+// failed records a failure at now and returns the wait before the next
+// attempt.
+func (r *retryAfter) failed(now time.Time) time.Duration {
+	r.wait = min(max(2*r.wait, r.min), r.max)
+	r.next = now.Add(r.wait)
+	return r.wait
+}
+
+// succeeded resets the wait.
+func (r *retryAfter) succeeded() { r.wait, r.next = 0, time.Time{} }

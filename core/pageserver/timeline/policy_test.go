@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -408,5 +409,31 @@ func TestDeltasSinceImage(t *testing.T) {
 	}
 	if !p.WantImageLayer(n, b, img2) {
 		t.Fatal("no image layer wanted once the deltas outgrew the last image")
+	}
+}
+
+// TestRetryAfter: the background loop's spacing of a failing step (upload,
+// image layer): min after the first failure, doubling, capped at max, and
+// due again at once after a success.
+func TestRetryAfter(t *testing.T) {
+	r := retryAfter{min: 30 * time.Second, max: 2 * time.Minute}
+	now := time.Unix(1000, 0)
+	if !r.due(now) {
+		t.Fatal("a step that never failed is not due")
+	}
+	for i, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 2 * time.Minute} {
+		if got := r.failed(now); got != want {
+			t.Fatalf("failure %d: wait %s, want %s", i+1, got, want)
+		}
+		if r.due(now.Add(want - time.Second)) {
+			t.Fatalf("failure %d: due before its wait", i+1)
+		}
+		if !r.due(now.Add(want)) {
+			t.Fatalf("failure %d: not due after its wait", i+1)
+		}
+	}
+	r.succeeded()
+	if !r.due(now) || r.failed(now) != 30*time.Second {
+		t.Fatal("a success did not reset the wait")
 	}
 }
