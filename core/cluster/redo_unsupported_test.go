@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -46,6 +48,12 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	if err := tryExec(ctx, later, "CREATE INDEX ON h USING hash (id)"); err == nil || !strings.Contains(err.Error(), "hash indexes") {
 		t.Fatalf("hash index in a database created after the start: %v, want the guard's refusal", err)
 	}
+	// BRIN is replayed: the guard lets it through, and its pages come
+	// back from the pageserver after the restart below.
+	exec1(t, ctx, url, "CREATE INDEX g_brin ON g USING brin (id) WITH (pages_per_range = 1)")
+	// A guard function from an older strata (any other body) is brought
+	// up to date at the next start.
+	exec1(t, ctx, url, "CREATE OR REPLACE FUNCTION pg_catalog.strata_redo_index_guard() RETURNS event_trigger LANGUAGE plpgsql AS $$BEGIN END$$")
 	exec1(t, ctx, url, "ALTER EVENT TRIGGER strata_redo_index_guard DISABLE")
 	exec1(t, ctx, url, "CREATE INDEX g_hash ON g USING hash (id)")
 	exec1(t, ctx, url, "CREATE INDEX g_gin ON g USING gin (a)")
@@ -84,7 +92,7 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	if !strings.Contains(string(b), "the redo engine cannot rebuild this page") {
 		t.Fatal("the pageserver did not log the pages it cannot rebuild")
 	}
-	exec1(t, ctx, url, "DROP INDEX g_hash, g_gin")
+	exec1(t, ctx, url, "DROP INDEX g_hash, g_gin, g_btree") // g_btree too: the query below must use g_brin
 	if err := c.Down(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +104,31 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	}
 	if got := queryString(t, ctx, url, "SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = 'strata_redo_index_guard'"); got != "D" {
 		t.Fatalf("the disabled guard is %q after a restart, want D (disabled)", got)
+	}
+	if got := queryString(t, ctx, url, "SELECT (prosrc LIKE '%''brin''%')::text FROM pg_proc WHERE proname = 'strata_redo_index_guard'"); got != "true" {
+		t.Fatal("the older guard function was not brought up to date at the start")
+	}
+	// The BRIN index, read from the pageserver (the new compute's local
+	// store is empty), rebuilt from WAL.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	var n string
+	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) SELECT count(*) FROM g WHERE id BETWEEN 5000 AND 5999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !strings.Contains(strings.Join(lines, "\n"), "g_brin") {
+		t.Fatalf("the plan does not use the BRIN index (%v):\n%s", err, strings.Join(lines, "\n"))
+	}
+	if err := conn.QueryRow(ctx, "SELECT count(*)::text FROM g WHERE id BETWEEN 5000 AND 5999").Scan(&n); err != nil || n != "1000" {
+		t.Fatalf("rows through the BRIN index: %s (%v), want 1000", n, err)
 	}
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }

@@ -14,15 +14,14 @@ import (
 // replay.
 const redoGuardName = "strata_redo_index_guard"
 
-// redoGuardSQL creates the guard. At the end of every DDL command it looks
+// redoGuardBody is the guard function's body. At the end of every DDL
+// command it looks
 // at the indexes the command made: the ones it reports itself (CREATE
 // INDEX, a CREATE TABLE's constraints) and the new indexes of a table it
-// reports (ALTER TABLE ... ADD CONSTRAINT ... EXCLUDE); one that is not a
-// btree (hash, GIN, GiST, SP-GiST, BRIN, an extension's) and not
-// temporary (no WAL) fails the command. The function lives in pg_catalog
-// so that pg_dump leaves it out.
-const redoGuardSQL = `CREATE OR REPLACE FUNCTION pg_catalog.` + redoGuardName + `() RETURNS event_trigger
-LANGUAGE plpgsql AS $guard$
+// reports (ALTER TABLE ... ADD CONSTRAINT ... EXCLUDE); one that is neither
+// a btree nor a BRIN index (hash, GIN, GiST, SP-GiST, an extension's) and
+// not temporary (no WAL) fails the command.
+const redoGuardBody = `
 DECLARE r record;
 BEGIN
   FOR r IN SELECT c.oid::regclass AS idx, am.amname
@@ -31,19 +30,26 @@ BEGIN
              OR (c.xmin = pg_current_xact_id()::xid AND c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = d.objid))
            JOIN pg_am am ON am.oid = c.relam
            WHERE d.classid = 'pg_class'::regclass AND c.relkind IN ('i', 'I')
-             AND c.relpersistence <> 't' AND am.amname <> 'btree'
+             AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'brin')
   LOOP
     RAISE EXCEPTION 'strata redo mode cannot rebuild the pages of % indexes from WAL: index % refused', r.amname, r.idx
-      USING HINT = 'Use a btree index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
+      USING HINT = 'Use a btree or BRIN index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
   END LOOP;
-END $guard$;
-CREATE EVENT TRIGGER ` + redoGuardName + ` ON ddl_command_end EXECUTE FUNCTION pg_catalog.` + redoGuardName + `();`
+END `
+
+// redoGuardFunc creates or updates the guard function. It lives in
+// pg_catalog so that pg_dump leaves it out.
+const redoGuardFunc = `CREATE OR REPLACE FUNCTION pg_catalog.` + redoGuardName + `() RETURNS event_trigger
+LANGUAGE plpgsql AS $guard$` + redoGuardBody + `$guard$;`
+
+// redoGuardTrigger creates the event trigger.
+const redoGuardTrigger = `CREATE EVENT TRIGGER ` + redoGuardName + ` ON ddl_command_end EXECUTE FUNCTION pg_catalog.` + redoGuardName + `();`
 
 // ensureRedoGuard installs the index guard in every database that accepts
 // connections and has none (template1's copy reaches the databases created
 // from it later; one created from template0 gets it at the next start). A
 // guard an operator disabled (ALTER EVENT TRIGGER ... DISABLE) stays
-// disabled. Non-btree indexes already there are logged: their pages
+// disabled. Indexes of other types already there are logged: their pages
 // cannot be read back from the pageserver once the compute evicts them.
 // A database the agent cannot reach is logged and skipped: the guard is a
 // safety net, not a reason to keep Postgres from serving.
@@ -70,7 +76,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 			continue
 		}
 		if installed {
-			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a hash, GIN, GiST, SP-GiST or BRIN index fails")
+			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a hash, GIN, GiST or SP-GiST index fails")
 		}
 		if len(unsupported) > 0 {
 			a.log.Warn().Str("database", db).Strs("indexes", unsupported).
@@ -79,8 +85,10 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 	}
 }
 
-// redoGuardDB installs the guard in database db unless it has one, and
-// lists the database's non-btree, non-temporary indexes.
+// redoGuardDB installs the guard in database db unless it has one (a
+// function from an older strata is brought up to date, the trigger and
+// whether it is enabled left alone), and lists the database's non-temporary indexes that are neither btree nor
+// BRIN.
 func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, unsupported []string, err error) {
 	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable",
 		filepath.Join(a.cfg.Scratch, "sock"), a.cfg.Port, connValue(db)))
@@ -93,16 +101,23 @@ func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, uns
 		return false, nil, err
 	}
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1)", redoGuardName).Scan(&exists); err != nil {
+	var body *string
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = $1),
+		(SELECT prosrc FROM pg_proc WHERE proname = $1 AND pronamespace = 'pg_catalog'::regnamespace)`, redoGuardName).Scan(&exists, &body); err != nil {
 		return false, nil, err
 	}
-	if !exists {
-		if _, err := conn.Exec(ctx, "BEGIN; "+redoGuardSQL+" COMMIT;"); err != nil {
+	switch {
+	case !exists:
+		if _, err := conn.Exec(ctx, "BEGIN; "+redoGuardFunc+" "+redoGuardTrigger+" COMMIT;"); err != nil {
 			return false, nil, fmt.Errorf("creating the event trigger: %w", err)
+		}
+	case body == nil || *body != redoGuardBody:
+		if _, err := conn.Exec(ctx, redoGuardFunc); err != nil {
+			return false, nil, fmt.Errorf("updating the guard function: %w", err)
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT format('%s (%s)', c.oid::regclass, am.amname) FROM pg_class c JOIN pg_am am ON am.oid = c.relam
-		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname <> 'btree' ORDER BY 1`)
+		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'brin') ORDER BY 1`)
 	if err != nil {
 		return !exists, nil, err
 	}

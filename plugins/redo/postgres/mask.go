@@ -64,6 +64,9 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 		maskLSN(p)
 		maskUnused(p)
 		return true
+	case wal.RmBRIN:
+		maskBrin(p)
+		return true
 	}
 	return false
 }

@@ -21,7 +21,6 @@ func TestUnsupportedRecordsAreNamed(t *testing.T) {
 		{wal.RmGin, 0x20, "Gin/INSERT"},
 		{wal.RmGist, 0x00, "Gist/PAGE_UPDATE"},
 		{wal.RmSPGist, 0x10, "SPGist/ADD_LEAF"},
-		{wal.RmBRIN, 0x10, "BRIN/INSERT"},
 		{wal.RmGeneric, 0x00, "Generic/Generic"},
 		{wal.RmXLOG, 0x00, "XLOG/CHECKPOINT_SHUTDOWN"},
 	} {
