@@ -252,6 +252,27 @@ var workloadSQL = []string{
 	"update br set t = lpad(id::text, 600, 'z') where id % 50 = 0",
 	"select brin_desummarize_range('br_idx', 3)",
 	"select brin_summarize_range('br_idx', 3)",
+	// Hash: enough tuples per bucket for overflow pages and splits, then
+	// deletes and vacuum (squeeze, move of page contents, bucket cleanup)
+	// and more inserts into the freed space.
+	"create table hs (id int, k text)",
+	"create index hs_idx on hs using hash (k) with (fillfactor = 50)",
+	"insert into hs select g, md5((g % 3000)::text) from generate_series(1, 20000) g",
+	"delete from hs where id % 3 <> 0",
+	"vacuum hs",
+	"insert into hs select g, md5((g % 50)::text) from generate_series(20001, 22000) g",
+	"delete from hs where id > 21000",
+	"vacuum hs",
+	// One key: a long overflow chain; vacuum after deleting every other
+	// tuple moves tuples up the chain (MOVE_PAGE_CONTENTS, SQUEEZE_PAGE).
+	"insert into hs select g, 'same' from generate_series(30001, 36000) g",
+	"delete from hs where k = 'same' and id % 2 = 0",
+	"vacuum hs",
+	// Index scans mark deleted tuples dead; inserts into their full
+	// pages remove them (VACUUM_ONE_PAGE).
+	"delete from hs where k = 'same' and id % 3 = 0",
+	"set enable_seqscan = off; set enable_bitmapscan = off; select count(*) from hs where k = 'same'; select count(*) from hs where k = 'same'",
+	"insert into hs select g, 'same' from generate_series(40001, 43000) g",
 }
 
 type verifyStats struct {
@@ -468,7 +489,9 @@ func TestConsistencyAgainstPostgres(t *testing.T) {
 		"Btree/VACUUM", "Sequence/LOG", "Heap/LOCK", "Btree/DEDUP", "Btree/INSERT_POST", "Btree/INSERT_UPPER", "Btree/NEWROOT",
 		"Btree/MARK_PAGE_HALFDEAD", "Btree/UNLINK_PAGE", "Heap/INPLACE", "Heap/HEAP_CONFIRM", "Heap2/MULTI_INSERT",
 		"BRIN/CREATE_INDEX", "BRIN/INSERT", "BRIN/INSERT+INIT", "BRIN/UPDATE", "BRIN/UPDATE+INIT", "BRIN/SAMEPAGE_UPDATE",
-		"BRIN/REVMAP_EXTEND", "BRIN/DESUMMARIZE"} {
+		"BRIN/REVMAP_EXTEND", "BRIN/DESUMMARIZE", "Hash/INIT_META_PAGE", "Hash/INIT_BITMAP_PAGE", "Hash/INSERT",
+		"Hash/ADD_OVFL_PAGE", "Hash/SPLIT_ALLOCATE_PAGE", "Hash/SPLIT_COMPLETE", "Hash/MOVE_PAGE_CONTENTS",
+		"Hash/SQUEEZE_PAGE", "Hash/DELETE", "Hash/SPLIT_CLEANUP", "Hash/UPDATE_META_PAGE", "Hash/VACUUM_ONE_PAGE"} {
 		if st.verified[must] == 0 {
 			t.Errorf("no %s block reference verified", must)
 		}

@@ -67,6 +67,9 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	case wal.RmBRIN:
 		maskBrin(p)
 		return true
+	case wal.RmHash:
+		maskHash(p)
+		return true
 	}
 	return false
 }

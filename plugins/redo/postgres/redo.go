@@ -87,6 +87,8 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		err = redoSequence(r, blk, p)
 	case wal.RmBRIN:
 		err = redoBrin(r, blk, p)
+	case wal.RmHash:
+		err = redoHash(r, blk, p)
 	case wal.RmXLOG:
 		// FPI carries an applied image (handled above). FPI_FOR_HINT
 		// carries none when full_page_writes is off (wal_log_hints or

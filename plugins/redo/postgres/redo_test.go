@@ -17,7 +17,6 @@ func TestUnsupportedRecordsAreNamed(t *testing.T) {
 		info uint8
 		name string
 	}{
-		{wal.RmHash, 0x20, "Hash/INSERT"},
 		{wal.RmGin, 0x20, "Gin/INSERT"},
 		{wal.RmGist, 0x00, "Gist/PAGE_UPDATE"},
 		{wal.RmSPGist, 0x10, "SPGist/ADD_LEAF"},
