@@ -15,16 +15,17 @@ import (
 
 // TestRedoUnsupportedIndex: in redo mode the compute agent's event
 // trigger refuses indexes whose WAL the Go redo engine does not replay
-// (GIN, GiST, ...), in the databases there at the start and in one created
-// from template1 later, and lets btree, hash and BRIN indexes through.
-// With the trigger disabled, GIN and GiST indexes do not stop WAL ingest:
+// (GIN, SP-GiST, ...), in the databases there at the start and in one
+// created from template1 later, and lets btree, hash, GiST and BRIN
+// indexes through. With the trigger disabled, GIN and SP-GiST indexes do
+// not stop WAL ingest:
 // the pageserver keeps their records, logs that it cannot rebuild their
 // pages, and goes on ingesting everything else (before, the first image
 // the pushdown policy wanted of such a page failed the ingest batch and
 // the stream was retried forever: the pageserver stayed behind the
 // safekeepers for good). After those indexes are dropped, a new compute
-// with an empty local store reads the table, its hash index and its BRIN
-// index back from the pageserver (rebuilt from WAL), and the disabled
+// with an empty local store reads the table, its hash, GiST and BRIN
+// indexes back from the pageserver (rebuilt from WAL), and the disabled
 // trigger stays disabled.
 func TestRedoUnsupportedIndex(t *testing.T) {
 	c, _ := newRedoCluster(t)
@@ -38,7 +39,7 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	exec1(t, ctx, url, "CREATE INDEX g_btree ON g (id)")
 	for _, ddl := range []string{
 		"CREATE INDEX g_gin ON g USING gin (a)",
-		"ALTER TABLE g ADD CONSTRAINT g_excl EXCLUDE USING gist (b WITH &&)",
+		"ALTER TABLE g ADD CONSTRAINT g_excl EXCLUDE USING spgist (b WITH &&)",
 	} {
 		if err := tryExec(ctx, url, ddl); err == nil || !strings.Contains(err.Error(), "strata redo mode cannot rebuild the pages of") {
 			t.Fatalf("%s: %v, want the redo index guard's refusal", ddl, err)
@@ -50,16 +51,17 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	if err := tryExec(ctx, later, "CREATE INDEX ON h USING gin (a)"); err == nil || !strings.Contains(err.Error(), "gin indexes") {
 		t.Fatalf("GIN index in a database created after the start: %v, want the guard's refusal", err)
 	}
-	// Hash and BRIN are replayed: the guard lets them through, and their
+	// Hash, GiST and BRIN are replayed: the guard lets them through, and their
 	// pages come back from the pageserver after the restart below.
 	exec1(t, ctx, url, "CREATE INDEX g_hash ON g USING hash (id)")
+	exec1(t, ctx, url, "CREATE INDEX g_gist ON g USING gist (b)")
 	exec1(t, ctx, url, "CREATE INDEX g_brin ON g USING brin (id) WITH (pages_per_range = 1)")
 	// A guard function from an older strata (any other body) is brought
 	// up to date at the next start.
 	exec1(t, ctx, url, "CREATE OR REPLACE FUNCTION pg_catalog.strata_redo_index_guard() RETURNS event_trigger LANGUAGE plpgsql AS $$BEGIN END$$")
 	exec1(t, ctx, url, "ALTER EVENT TRIGGER strata_redo_index_guard DISABLE")
 	exec1(t, ctx, url, "CREATE INDEX g_gin ON g USING gin (a)")
-	exec1(t, ctx, url, "CREATE INDEX g_gist ON g USING gist (b)")
+	exec1(t, ctx, url, "CREATE INDEX g_spgist ON g USING spgist (b)")
 	exec1(t, ctx, url, "INSERT INTO g SELECT i, ARRAY[i % 10, i % 7], box(point(i, i), point(i + 1, i + 1)) FROM generate_series(1, 20000) i")
 	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM g WHERE a @> ARRAY[3]"); got != "4571" {
 		t.Fatalf("rows with 3: %s, want 4571 (2000 + 2857 - 286)", got)
@@ -84,7 +86,7 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the pageserver's last record is %s, still below %s after a minute: WAL ingest stopped at the GIN or GiST records", st.PageserverLast, end)
+			t.Fatalf("the pageserver's last record is %s, still below %s after a minute: WAL ingest stopped at the GIN or SP-GiST records", st.PageserverLast, end)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -95,7 +97,7 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	if !strings.Contains(string(b), "the redo engine cannot rebuild this page") {
 		t.Fatal("the pageserver did not log the pages it cannot rebuild")
 	}
-	exec1(t, ctx, url, "DROP INDEX g_gin, g_gist, g_btree") // g_btree too: the queries below must use g_hash and g_brin
+	exec1(t, ctx, url, "DROP INDEX g_gin, g_spgist, g_btree") // g_btree too: the queries below must use g_hash, g_gist and g_brin
 	if err := c.Down(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +153,19 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	}
 	if err := conn.QueryRow(ctx, probe).Scan(&n); err != nil || n != "20000" {
 		t.Fatalf("rows found through the hash index: %s (%v), want 20000", n, err)
+	}
+	// And the GiST index.
+	const overlap = "SELECT count(*)::text FROM g WHERE b && box(point(100, 100), point(200, 200))"
+	rows, err = conn.Query(ctx, "EXPLAIN (COSTS OFF) "+overlap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !strings.Contains(strings.Join(lines, "\n"), "using g_gist on g") {
+		t.Fatalf("the plan does not use the GiST index (%v):\n%s", err, strings.Join(lines, "\n"))
+	}
+	if err := conn.QueryRow(ctx, overlap).Scan(&n); err != nil || n != "102" {
+		t.Fatalf("rows found through the GiST index: %s (%v), want 102 (boxes 99 to 200)", n, err)
 	}
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }

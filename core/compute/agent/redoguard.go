@@ -19,7 +19,7 @@ const redoGuardName = "strata_redo_index_guard"
 // at the indexes the command made: the ones it reports itself (CREATE
 // INDEX, a CREATE TABLE's constraints) and the new indexes of a table it
 // reports (ALTER TABLE ... ADD CONSTRAINT ... EXCLUDE); one that is not a
-// btree, hash or BRIN index (GIN, GiST, SP-GiST, an extension's) and not
+// btree, hash, GiST or BRIN index (GIN, SP-GiST, an extension's) and not
 // temporary (no WAL) fails the command.
 const redoGuardBody = `
 DECLARE r record;
@@ -30,10 +30,10 @@ BEGIN
              OR (c.xmin = pg_current_xact_id()::xid AND c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = d.objid))
            JOIN pg_am am ON am.oid = c.relam
            WHERE d.classid = 'pg_class'::regclass AND c.relkind IN ('i', 'I')
-             AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'brin')
+             AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'gist', 'brin')
   LOOP
     RAISE EXCEPTION 'strata redo mode cannot rebuild the pages of % indexes from WAL: index % refused', r.amname, r.idx
-      USING HINT = 'Use a btree, hash or BRIN index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
+      USING HINT = 'Use a btree, hash, GiST or BRIN index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
   END LOOP;
 END `
 
@@ -76,7 +76,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 			continue
 		}
 		if installed {
-			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a GIN, GiST or SP-GiST index fails")
+			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a GIN or SP-GiST index fails")
 		}
 		if len(unsupported) > 0 {
 			a.log.Warn().Str("database", db).Strs("indexes", unsupported).
@@ -88,7 +88,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 // redoGuardDB installs the guard in database db unless it has one (a
 // function from an older strata is brought up to date, the trigger and
 // whether it is enabled left alone), and lists the database's
-// non-temporary indexes other than btree, hash and BRIN.
+// non-temporary indexes other than btree, hash, GiST and BRIN.
 func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, unsupported []string, err error) {
 	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable",
 		filepath.Join(a.cfg.Scratch, "sock"), a.cfg.Port, connValue(db)))
@@ -117,7 +117,7 @@ func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, uns
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT format('%s (%s)', c.oid::regclass, am.amname) FROM pg_class c JOIN pg_am am ON am.oid = c.relam
-		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'brin') ORDER BY 1`)
+		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'gist', 'brin') ORDER BY 1`)
 	if err != nil {
 		return !exists, nil, err
 	}

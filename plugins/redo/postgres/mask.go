@@ -70,6 +70,9 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	case wal.RmHash:
 		maskHash(p)
 		return true
+	case wal.RmGist:
+		maskGist(p)
+		return true
 	}
 	return false
 }

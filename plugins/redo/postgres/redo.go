@@ -70,6 +70,9 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		if !p.isNew() {
 			p.setLSN(r.EndLSN)
 		}
+		if r.RmID == wal.RmGist {
+			gistAfterImage(r, blk, p)
+		}
 		return nil
 	}
 	if blk.WillInit() {
@@ -89,6 +92,8 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		err = redoBrin(r, blk, p)
 	case wal.RmHash:
 		err = redoHash(r, blk, p)
+	case wal.RmGist:
+		err = redoGist(r, blk, p)
 	case wal.RmXLOG:
 		// FPI carries an applied image (handled above). FPI_FOR_HINT
 		// carries none when full_page_writes is off (wal_log_hints or

@@ -18,7 +18,6 @@ func TestUnsupportedRecordsAreNamed(t *testing.T) {
 		name string
 	}{
 		{wal.RmGin, 0x20, "Gin/INSERT"},
-		{wal.RmGist, 0x00, "Gist/PAGE_UPDATE"},
 		{wal.RmSPGist, 0x10, "SPGist/ADD_LEAF"},
 		{wal.RmGeneric, 0x00, "Generic/Generic"},
 		{wal.RmXLOG, 0x00, "XLOG/CHECKPOINT_SHUTDOWN"},
