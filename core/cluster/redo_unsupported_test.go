@@ -123,18 +123,7 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
-	var n string
-	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) SELECT count(*) FROM g WHERE id BETWEEN 5000 AND 5999")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || !strings.Contains(strings.Join(lines, "\n"), "g_brin") {
-		t.Fatalf("the plan does not use the BRIN index (%v):\n%s", err, strings.Join(lines, "\n"))
-	}
-	if err := conn.QueryRow(ctx, "SELECT count(*)::text FROM g WHERE id BETWEEN 5000 AND 5999").Scan(&n); err != nil || n != "1000" {
-		t.Fatalf("rows through the BRIN index: %s (%v), want 1000", n, err)
-	}
+	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM g WHERE id BETWEEN 5000 AND 5999", "g_brin", "1000")
 	// The hash index likewise: every row found through it, one probe per
 	// key (a nested loop over its index scans).
 	for _, set := range []string{"SET enable_hashjoin = off", "SET enable_mergejoin = off", "SET enable_bitmapscan = off"} {
@@ -142,30 +131,26 @@ func TestRedoUnsupportedIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const probe = "SELECT count(*)::text FROM generate_series(1, 20000) s JOIN g ON g.id = s"
-	rows, err = conn.Query(ctx, "EXPLAIN (COSTS OFF) "+probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || !strings.Contains(strings.Join(lines, "\n"), "Index Scan using g_hash") {
-		t.Fatalf("the plan does not use the hash index (%v):\n%s", err, strings.Join(lines, "\n"))
-	}
-	if err := conn.QueryRow(ctx, probe).Scan(&n); err != nil || n != "20000" {
-		t.Fatalf("rows found through the hash index: %s (%v), want 20000", n, err)
-	}
-	// And the GiST index.
-	const overlap = "SELECT count(*)::text FROM g WHERE b && box(point(100, 100), point(200, 200))"
-	rows, err = conn.Query(ctx, "EXPLAIN (COSTS OFF) "+overlap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || !strings.Contains(strings.Join(lines, "\n"), "using g_gist on g") {
-		t.Fatalf("the plan does not use the GiST index (%v):\n%s", err, strings.Join(lines, "\n"))
-	}
-	if err := conn.QueryRow(ctx, overlap).Scan(&n); err != nil || n != "102" {
-		t.Fatalf("rows found through the GiST index: %s (%v), want 102 (boxes 99 to 200)", n, err)
-	}
+	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM generate_series(1, 20000) s JOIN g ON g.id = s", "Index Scan using g_hash", "20000")
+	// And the GiST index: boxes 99 to 200 overlap.
+	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM g WHERE b && box(point(100, 100), point(200, 200))", "using g_gist on g", "102")
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+}
+
+// throughIndex checks that the plan of query q names plan (an index
+// scan) and that q returns want.
+func throughIndex(t *testing.T, ctx context.Context, conn *pgx.Conn, q, plan, want string) {
+	t.Helper()
+	rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || !strings.Contains(strings.Join(lines, "\n"), plan) {
+		t.Fatalf("the plan of %s does not name %q (%v):\n%s", q, plan, err, strings.Join(lines, "\n"))
+	}
+	var got string
+	if err := conn.QueryRow(ctx, q).Scan(&got); err != nil || got != want {
+		t.Fatalf("%s: %s (%v), want %s", q, got, err, want)
+	}
 }

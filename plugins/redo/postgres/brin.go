@@ -62,20 +62,11 @@ func (p page) brinSetRevmap(ppr, heapBlk, blk uint32, off uint16) error {
 // indexTupleDeleteNoCompact is PageIndexTupleDeleteNoCompact: the line
 // pointer stays (unused) unless it is the last one.
 func (p page) indexTupleDeleteNoCompact(off int) error {
-	if err := p.checkPointers(); err != nil {
+	size, o, nline, err := p.deleteTarget(off)
+	if err != nil {
 		return err
 	}
-	nline := p.maxOff()
-	if off < 1 || off > nline {
-		return fmt.Errorf("%w: delete offset %d of %d", errPage, off, nline)
-	}
-	id := p.itemID(off)
-	size, o := lpLen(id), lpOff(id)
 	up := p.upper()
-	if o < up || o+size > p.special() || o != maxAlign(o) {
-		return fmt.Errorf("%w: corrupted item pointer %d+%d", errPage, o, size)
-	}
-	size = maxAlign(size)
 	if off < nline {
 		p.setUnused(off)
 	} else {

@@ -231,11 +231,7 @@ func maskGist(p page) {
 	p.gistSetNSN(0)
 	p.gistSetFlags(p.gistFlags() | gistFollowRight)
 	if p.gistFlags()&gistLeaf != 0 {
-		for off := 1; off <= p.maxOff(); off++ {
-			if id := p.itemID(off); lpIsUsed(id) {
-				p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
-			}
-		}
+		maskLPFlags(p)
 	}
 	p.gistSetFlags(p.gistFlags() &^ gistHasGarbage)
 }

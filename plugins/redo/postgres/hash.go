@@ -478,11 +478,7 @@ func maskHash(p page) {
 		p.setUpper(0)
 		return
 	case lhBucketPage, lhOverflowPage:
-		for off := 1; off <= p.maxOff(); off++ {
-			if id := p.itemID(off); lpIsUsed(id) {
-				p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
-			}
-		}
+		maskLPFlags(p)
 	}
 	p.hashSetFlag(p.hashFlag() &^ lhPageHasDead)
 }

@@ -49,12 +49,7 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 		if sp+16 <= len(p) {
 			flags := p.u16(sp + 12)
 			if flags&btpLeaf != 0 {
-				for off := 1; off <= p.maxOff(); off++ {
-					id := p.itemID(off)
-					if lpIsUsed(id) {
-						p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
-					}
-				}
+				maskLPFlags(p)
 			}
 			p.put16(sp+12, flags&^(btpHasGarbage|btpSplitEnd))
 			p.put16(sp+14, 0)
@@ -94,4 +89,14 @@ func maskUnused(p page) {
 		return // Postgres errors out here; leave the page as is so the comparison fails
 	}
 	clear(p[lo:up])
+}
+
+// maskLPFlags is mask_lp_flags: every used line pointer reads as unused
+// (LP_DEAD marks are hints).
+func maskLPFlags(p page) {
+	for off := 1; off <= p.maxOff(); off++ {
+		if id := p.itemID(off); lpIsUsed(id) {
+			p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
+		}
+	}
 }

@@ -275,22 +275,32 @@ func xidPrecedes(a, b uint32) bool {
 	return int32(a-b) < 0
 }
 
-// indexTupleDelete is PageIndexTupleDelete.
-func (p page) indexTupleDelete(off int) error {
+// deleteTarget checks the page and item off for a tuple deletion and
+// returns the item's MAXALIGNed size, its offset and the page's number of
+// line pointers.
+func (p page) deleteTarget(off int) (size, o, nline int, err error) {
 	if err := p.checkPointers(); err != nil {
-		return err
+		return 0, 0, 0, err
 	}
-	nline := p.maxOff()
+	nline = p.maxOff()
 	if off < 1 || off > nline {
-		return fmt.Errorf("%w: delete offset %d of %d", errPage, off, nline)
+		return 0, 0, 0, fmt.Errorf("%w: delete offset %d of %d", errPage, off, nline)
 	}
 	id := p.itemID(off)
-	size, o := lpLen(id), lpOff(id)
-	up := p.upper()
-	if o < up || o+size > p.special() || o != maxAlign(o) {
-		return fmt.Errorf("%w: corrupted item pointer %d+%d", errPage, o, size)
+	size, o = lpLen(id), lpOff(id)
+	if o < p.upper() || o+size > p.special() || o != maxAlign(o) {
+		return 0, 0, 0, fmt.Errorf("%w: corrupted item pointer %d+%d", errPage, o, size)
 	}
-	size = maxAlign(size)
+	return maxAlign(size), o, nline, nil
+}
+
+// indexTupleDelete is PageIndexTupleDelete.
+func (p page) indexTupleDelete(off int) error {
+	size, o, nline, err := p.deleteTarget(off)
+	if err != nil {
+		return err
+	}
+	up := p.upper()
 	base := pageHeaderSize + (off-1)*4
 	copy(p[base:], p[base+4:p.lower()])
 	if o > up {
