@@ -33,9 +33,10 @@ type FileInfo struct {
 }
 
 // Backend is the storage the compute's filesystem serves PGDATA from: page
-// storage for relation forks and whole-file storage for everything else. The
-// pageserver client implements it in production; Memory and LocalDir are the
-// reference implementations.
+// storage for relation forks and whole-file storage for everything else.
+// psbackend (writeback mode) and redobackend (redo mode) implement it on the
+// pageserver in production; Memory and LocalDir are the reference
+// implementations.
 //
 // Every mutation carries w, the compute's WAL position (walpos.Tracker) when
 // the write reached the agent. A writeback implementation must not make the

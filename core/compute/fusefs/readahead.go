@@ -34,14 +34,16 @@ type BatchReader interface {
 // or unlink of the fork drops the pages it touches, fetched or in flight,
 // so a reader never gets a version older than the last write (the fetch
 // itself asks with not_modified_since from the last-written-LSN map). At
-// most readAheadCap windows of pages are held: when a new window would pass
-// that, the fetched pages nobody read within readAheadTTL are dropped
-// first (lazily: take hands out a page of any age, which is still the
-// newest, as every write of this compute drops its page). A parallel sequential scan hands its workers
-// chunks of 32-64 blocks: each worker is a reader of its own, and the
-// window it fetches past the end of its chunk is often read by the next
-// worker (or dropped unread: 14-15% of the pages fetched in a
-// 574 MB scan with a window of 64).
+// most readAheadCap windows of pages are held. Pages do not expire on a
+// timer: only when a new window would pass the cap are the fetched pages
+// that nobody read and whose fetch began more than readAheadTTL ago
+// dropped (sweepPagesLocked), and if that leaves too little room the
+// window is not fetched. take hands out a page of any age: it is still
+// the newest, as every write of this compute drops its page. A parallel
+// sequential scan hands its workers chunks of 32-64 blocks: each worker is
+// a reader of its own, and the window it fetches past the end of its chunk
+// is often read by the next worker (or dropped unread: 14-15% of the pages
+// fetched in a 574 MB scan with a window of 64).
 type readAhead struct {
 	fsys   *FS
 	window uint32

@@ -199,8 +199,8 @@ func (l *LastWritten) SetFloor(w pg.LSN) {
 	}
 }
 
-// MemCache is a small LRU page Cache, for tests and as the default RAM tier
-// until the cache plugins are plugged in.
+// MemCache is a small LRU page Cache for tests and benchmarks; the agent
+// plugs in the LFC instead (or no cache tier at all).
 type MemCache struct {
 	mu    sync.Mutex
 	max   int

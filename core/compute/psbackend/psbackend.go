@@ -4,10 +4,10 @@
 // (the compute's WAL position), and the pageserver keeps them pending until
 // the commit LSN reaches W (DESIGN.md invariant 2).
 //
-// Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync
-// and Close send the buffer first, and so does a file or folder change
-// after a fork was created or truncated (settle); reads see buffered
-// pages. A full buffer is sent by a background flusher, so the
+// Page writes are buffered (Options.WriteBuffer) and sent in batches; Sync,
+// Send and Close send the buffer first, and so does a file or folder change
+// after a fork was created, truncated or unlinked (settle); reads see
+// buffered pages. A full buffer is sent by a background flusher, so the
 // write that fills it does not wait for the round trip; only a buffer four
 // times the size (the pageserver slower than the writes) makes the writer
 // send it itself.
@@ -84,8 +84,9 @@ type Options struct {
 	// one PutPages (default 64; 1 sends every write at once, in the
 	// writer's call). A full buffer is sent in the background; at four
 	// times WriteBuffer the writer sends it itself and waits. Buffered
-	// pages are read back from the buffer; Sync and Close send them first
-	// (and a file or folder change after a fork was created or truncated).
+	// pages are read back from the buffer; Sync, Send and Close send them
+	// first, and so does a file or folder change after a fork was created,
+	// truncated or unlinked (settle).
 	WriteBuffer int
 	Log         zerolog.Logger
 }
@@ -365,10 +366,11 @@ func (b *Backend) ListRels(ctx context.Context) ([]fusefs.RelInfo, error) {
 
 // CreateRel implements fusefs.Backend. The new fork exists here at once;
 // the pageserver learns of it with the next send of the page buffer (a
-// full buffer, Sync, a size change, Close), in the same round trip as the
-// pages. Like a buffered page, a fork that no Sync covered is gone after a
-// crash of the agent, and Postgres' crash recovery creates it again from
-// the WAL (smgr create records); one that a Sync covered is durable.
+// full buffer, Sync, Send, Close, or settle before a file or folder
+// change), in the same round trip as the pages. Like a buffered page, a
+// fork that no Sync covered is gone after a crash of the agent, and
+// Postgres' crash recovery creates it again from the WAL (smgr create
+// records); one that a Sync covered is durable.
 func (b *Backend) CreateRel(ctx context.Context, rel pg.RelTag, w pg.LSN) error {
 	b.sizeTag(rel, w)
 	b.mu.Lock()
@@ -504,9 +506,9 @@ func (b *Backend) buffer(ctx context.Context, key pg.PageKey, data []byte, w pg.
 
 // flusher sends the buffer whenever a write finds it full, until Close.
 // A failed send leaves the pages in the buffer: the next send (a full
-// buffer, Sync, a size change, Close) carries them again and returns its
-// error to Postgres. Meanwhile it retries with a backoff, and logs the
-// first failure and the recovery.
+// buffer, Sync, Send, Close, or settle before a file or folder change)
+// carries them again and returns its error to Postgres. Meanwhile it
+// retries with a backoff, and logs the first failure and the recovery.
 func (b *Backend) flusher() {
 	defer b.bg.Done()
 	var backoff time.Duration
@@ -791,14 +793,14 @@ func validPath(p string) error {
 	return nil
 }
 
-// settle sends the buffer first when a fork was created or truncated since
-// the last send, so that a mutation sent on its own (a file, a folder)
-// never reaches the pageserver before them. Postgres never fsyncs a new
-// fork: a checkpoint writes pg_control after the fsyncs of the files it
-// wrote, and without this a pg_control whose redo point lies past a CREATE
-// TABLE could be stored, and become durable, while the table's forks were
-// still here (lost with the agent); crash recovery, starting past the
-// create record, would not make them again.
+// settle sends the buffer first when a fork was created, truncated or
+// unlinked since the last send, so that a mutation sent on its own (a
+// file, a folder) never reaches the pageserver before them. Postgres never
+// fsyncs a new fork: a checkpoint writes pg_control after the fsyncs of
+// the files it wrote, and without this a pg_control whose redo point lies
+// past a CREATE TABLE could be stored, and become durable, while the
+// table's forks were still here (lost with the agent); crash recovery,
+// starting past the create record, would not make them again.
 func (b *Backend) settle(ctx context.Context) error {
 	b.mu.Lock()
 	n := len(b.resized)
