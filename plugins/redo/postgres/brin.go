@@ -185,7 +185,7 @@ func redoBrin(r *wal.Record, blk *wal.BlockRef, p page) error {
 func maskBrin(p page) {
 	maskLSN(p)
 	maskHints(p)
-	if p.special() < 8 || p.special()+brinSpecialSize > len(p) {
+	if !p.hasSpecial(brinSpecialSize) {
 		return
 	}
 	if t := p.brinType(); t == brinTypeRegular || (t == brinTypeMeta && p.lower() > pageHeaderSize) {

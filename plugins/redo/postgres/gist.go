@@ -222,10 +222,8 @@ func redoGist(r *wal.Record, blk *wal.BlockRef, p page) error {
 
 // maskGist is gist_mask.
 func maskGist(p page) {
-	maskLSN(p)
-	maskHints(p)
-	maskUnused(p)
-	if o := p.special(); o < pageHeaderSize || o+gistOpaqueSize > len(p) {
+	maskCommon(p)
+	if !p.hasSpecial(gistOpaqueSize) {
 		return
 	}
 	p.gistSetNSN(0)

@@ -653,7 +653,7 @@ func TestFileOps(t *testing.T) {
 // gistIgnoreTuplesDeleted clears a GiST page's F_TUPLES_DELETED flag.
 func gistIgnoreTuplesDeleted(b []byte) {
 	p := page(b)
-	if o := p.special(); o >= pageHeaderSize && o+gistOpaqueSize <= len(p) {
+	if p.hasSpecial(gistOpaqueSize) {
 		p.gistSetFlags(p.gistFlags() &^ gistTuplesDel)
 	}
 }

@@ -464,11 +464,8 @@ func redoHash(r *wal.Record, blk *wal.BlockRef, p page) error {
 
 // maskHash is hash_mask.
 func maskHash(p page) {
-	maskLSN(p)
-	maskHints(p)
-	maskUnused(p)
-	o := p.special()
-	if o < pageHeaderSize || o+hashOpaqueSize > len(p) {
+	maskCommon(p)
+	if !p.hasSpecial(hashOpaqueSize) {
 		return
 	}
 	switch p.hashFlag() & lhPageType {

@@ -13,9 +13,7 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	p := page(pg8k)
 	switch rm {
 	case wal.RmHeap, wal.RmHeap2:
-		maskLSN(p)
-		maskHints(p)
-		maskUnused(p)
+		maskCommon(p)
 		for off := 1; off <= p.maxOff(); off++ {
 			id := p.itemID(off)
 			o := lpOff(id)
@@ -42,11 +40,8 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 		}
 		return true
 	case wal.RmBtree:
-		maskLSN(p)
-		maskHints(p)
-		maskUnused(p)
-		sp := p.special()
-		if sp+16 <= len(p) {
+		maskCommon(p)
+		if sp := p.special(); p.hasSpecial(16) {
 			flags := p.u16(sp + 12)
 			if flags&btpLeaf != 0 {
 				maskLPFlags(p)
@@ -99,4 +94,19 @@ func maskLPFlags(p page) {
 			p.setItemID(off, makeLP(lpOff(id), lpUnused, lpLen(id)))
 		}
 	}
+}
+
+// maskCommon is how the heap and index masks begin (mask_page_lsn_and_checksum,
+// mask_page_hint_bits, mask_unused_space).
+func maskCommon(p page) {
+	maskLSN(p)
+	maskHints(p)
+	maskUnused(p)
+}
+
+// hasSpecial reports whether a special space of size bytes lies within the
+// page where its header says (a mask reads flags there).
+func (p page) hasSpecial(size int) bool {
+	o := p.special()
+	return o >= pageHeaderSize && o+size <= len(p)
 }
