@@ -554,7 +554,7 @@ func (c *Cluster) safekeeperArgs(i int, id, dir string) []string {
 		// A supervisor starts it again if it dies after running 10 s.
 		"--restart-on-crash",
 	}
-	if c.cfg.Storage.ImagePolicy == "writeback" {
+	if !c.cfg.Storage.IngestsWAL() {
 		// The pageserver ingests no WAL, so no consumer ever says what
 		// may go: keep cluster.safekeeper_wal_retain bytes, the archive
 		// holds the rest (validated with the config).

@@ -88,7 +88,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	}
 	pgs := c.postgres()
 	s := &Status{URLRedacted: fmt.Sprintf("postgres://postgres:***@127.0.0.1:%d/postgres", st.Port),
-		IngestsWAL: c.cfg.Storage.ImagePolicy != "writeback"}
+		IngestsWAL: c.cfg.Storage.IngestsWAL()}
 	s.PostgresPID, _ = pgs.PID()
 	byName := map[string]*ProcStatus{}
 	for _, p := range st.Procs {

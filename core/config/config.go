@@ -83,6 +83,11 @@ type Storage struct {
 // GCHorizonBytes parses GCHorizon.
 func (s Storage) GCHorizonBytes() (int64, error) { return ParseBytes(s.GCHorizon) }
 
+// IngestsWAL says whether the pageserver follows the safekeepers' WAL:
+// every image policy but writeback (redo mode always) rebuilds or stores
+// pages from it.
+func (s Storage) IngestsWAL() bool { return s.ImagePolicy != "writeback" }
+
 // ImageLayerByteCount parses ImageLayerBytes.
 func (s Storage) ImageLayerByteCount() (int64, error) { return ParseBytes(s.ImageLayerBytes) }
 
