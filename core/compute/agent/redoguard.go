@@ -14,6 +14,10 @@ import (
 // replay.
 const redoGuardName = "strata_redo_index_guard"
 
+// redoIndexAMs are the index access methods whose WAL the Go redo engine
+// replays, as an SQL list (plugins/redo/postgres).
+const redoIndexAMs = "'btree', 'hash', 'gist', 'brin'"
+
 // redoGuardBody is the guard function's body. At the end of every DDL
 // command it looks
 // at the indexes the command made: the ones it reports itself (CREATE
@@ -30,7 +34,7 @@ BEGIN
              OR (c.xmin = pg_current_xact_id()::xid AND c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = d.objid))
            JOIN pg_am am ON am.oid = c.relam
            WHERE d.classid = 'pg_class'::regclass AND c.relkind IN ('i', 'I')
-             AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'gist', 'brin')
+             AND c.relpersistence <> 't' AND am.amname NOT IN (` + redoIndexAMs + `)
   LOOP
     RAISE EXCEPTION 'strata redo mode cannot rebuild the pages of % indexes from WAL: index % refused', r.amname, r.idx
       USING HINT = 'Use a btree, hash, GiST or BRIN index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
@@ -117,7 +121,7 @@ func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, uns
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT format('%s (%s)', c.oid::regclass, am.amname) FROM pg_class c JOIN pg_am am ON am.oid = c.relam
-		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname NOT IN ('btree', 'hash', 'gist', 'brin') ORDER BY 1`)
+		WHERE c.relkind IN ('i', 'I') AND c.relpersistence <> 't' AND am.amname NOT IN (`+redoIndexAMs+`) ORDER BY 1`)
 	if err != nil {
 		return !exists, nil, err
 	}
