@@ -8,8 +8,12 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-func pageWith(special, upper uint16) []byte {
+func pageWith(special, upper uint16) []byte { return pageWithID(special, upper, 0) }
+
+// pageWithID is pageWith with the special space's last uint16 set to id.
+func pageWithID(special, upper, id uint16) []byte {
 	p := make([]byte, pg.BlockSize)
+	binary.LittleEndian.PutUint16(p[pg.BlockSize-2:], id)
 	binary.LittleEndian.PutUint16(p[12:], 24)
 	binary.LittleEndian.PutUint16(p[14:], upper)
 	binary.LittleEndian.PutUint16(p[16:], special)
@@ -25,6 +29,10 @@ func TestPageKind(t *testing.T) {
 		{pageWith(pg.BlockSize, 8000), wal.RmHeap, true},
 		{pageWith(pg.BlockSize-16, 8000), wal.RmBtree, true},
 		{pageWith(pg.BlockSize-8, 8000), wal.RmSequence, true},
+		{pageWithID(pg.BlockSize-16, 8000, 0xFF80), wal.RmHash, true},
+		{pageWithID(pg.BlockSize-16, 8000, 0xFF81), wal.RmGist, true},
+		{pageWithID(pg.BlockSize-16, 8000, 0xFF82), 0, false}, // SP-GiST: no mask here
+		{pageWithID(pg.BlockSize-8, 8000, 0xF093), wal.RmBRIN, true},
 		{pageWith(pg.BlockSize-24, 8000), 0, false},
 		{make([]byte, pg.BlockSize), 0, false},
 	} {

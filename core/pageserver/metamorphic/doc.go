@@ -25,18 +25,32 @@ import (
 )
 
 // PageKind guesses a page's resource manager from its layout: heap pages
-// have no special space, btree pages 16 bytes of it, sequence pages 8.
-// It reports false for all-zero (new) pages and unknown layouts.
+// have no special space; btree, hash and GiST pages 16 bytes of it, the
+// last uint16 a hash (0xFF80) or GiST (0xFF81) page id, or a btree cycle
+// id (never above 0xFF7F, so that they differ); BRIN and sequence pages 8,
+// BRIN's last uint16 its page type (0xF091-0xF093). It reports false for
+// all-zero (new) pages and unknown layouts.
 func PageKind(p []byte) (wal.RmgrID, bool) {
 	if len(p) != pg.BlockSize || isNew(p) {
 		return 0, false
 	}
+	last := binary.LittleEndian.Uint16(p[pg.BlockSize-2:])
 	switch binary.LittleEndian.Uint16(p[16:]) { // pd_special
 	case pg.BlockSize:
 		return wal.RmHeap, true
 	case pg.BlockSize - 16:
-		return wal.RmBtree, true
+		switch {
+		case last == 0xFF80:
+			return wal.RmHash, true
+		case last == 0xFF81:
+			return wal.RmGist, true
+		case last <= 0xFF7F:
+			return wal.RmBtree, true
+		}
 	case pg.BlockSize - 8:
+		if last >= 0xF091 && last <= 0xF093 {
+			return wal.RmBRIN, true
+		}
 		return wal.RmSequence, true
 	}
 	return 0, false
@@ -46,8 +60,9 @@ func PageKind(p []byte) (wal.RmgrID, bool) {
 func isNew(p []byte) bool { return binary.LittleEndian.Uint16(p[14:]) == 0 }
 
 // Equal reports whether two versions of a page of the given fork are the
-// same once masked: heap, btree and sequence pages with postgres.Mask;
-// visibility-map pages but for their LSN and checksum; other pages whole.
+// same once masked: heap, btree, hash, GiST, BRIN and sequence pages with
+// postgres.Mask; visibility-map pages but for their LSN and checksum;
+// other pages whole.
 // a and b are not modified.
 func Equal(fork pg.ForkNumber, blk uint32, a, b []byte) bool {
 	if bytes.Equal(a, b) {
