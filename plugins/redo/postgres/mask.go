@@ -63,6 +63,9 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	case wal.RmGist:
 		maskGist(p)
 		return true
+	case wal.RmGin:
+		maskGin(p)
+		return true
 	}
 	return false
 }

@@ -94,6 +94,8 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		err = redoHash(r, blk, p)
 	case wal.RmGist:
 		err = redoGist(r, blk, p)
+	case wal.RmGin:
+		err = redoGin(r, blk, p)
 	case wal.RmXLOG:
 		// FPI carries an applied image (handled above). FPI_FOR_HINT
 		// carries none when full_page_writes is off (wal_log_hints or
