@@ -20,6 +20,13 @@ func pageWithID(special, upper, id uint16) []byte {
 	return p
 }
 
+// seqPage is a sequence page: its special space holds the magic 0x1717.
+func seqPage() []byte {
+	p := pageWith(pg.BlockSize-8, 8000)
+	binary.LittleEndian.PutUint32(p[pg.BlockSize-8:], 0x1717)
+	return p
+}
+
 func TestPageKind(t *testing.T) {
 	for _, c := range []struct {
 		p    []byte
@@ -28,10 +35,13 @@ func TestPageKind(t *testing.T) {
 	}{
 		{pageWith(pg.BlockSize, 8000), wal.RmHeap, true},
 		{pageWith(pg.BlockSize-16, 8000), wal.RmBtree, true},
-		{pageWith(pg.BlockSize-8, 8000), wal.RmSequence, true},
+		{seqPage(), wal.RmSequence, true},
+		{pageWith(pg.BlockSize-8, 8000), wal.RmGin, true},         // an internal entry page: flags 0
+		{pageWithID(pg.BlockSize-8, 8000, 0x03), wal.RmGin, true}, // a posting-tree leaf
+		{pageWithID(pg.BlockSize-8, 8000, 0xFF82), wal.RmSPGist, true},
 		{pageWithID(pg.BlockSize-16, 8000, 0xFF80), wal.RmHash, true},
 		{pageWithID(pg.BlockSize-16, 8000, 0xFF81), wal.RmGist, true},
-		{pageWithID(pg.BlockSize-16, 8000, 0xFF82), 0, false}, // SP-GiST: no mask here
+		{pageWithID(pg.BlockSize-16, 8000, 0xFF82), 0, false}, // SP-GiST's id in a 16-byte special space: no such page
 		{pageWithID(pg.BlockSize-8, 8000, 0xF093), wal.RmBRIN, true},
 		{pageWith(pg.BlockSize-24, 8000), 0, false},
 		{make([]byte, pg.BlockSize), 0, false},

@@ -27,9 +27,13 @@ import (
 // PageKind guesses a page's resource manager from its layout: heap pages
 // have no special space; btree, hash and GiST pages 16 bytes of it, the
 // last uint16 a hash (0xFF80) or GiST (0xFF81) page id, or a btree cycle
-// id (never above 0xFF7F, so that they differ); BRIN and sequence pages 8,
-// BRIN's last uint16 its page type (0xF091-0xF093). It reports false for
-// all-zero (new) pages and unknown layouts.
+// id (never above 0xFF7F, so that they differ); BRIN, SP-GiST, sequence and
+// GIN pages 8: BRIN's last uint16 its page type (0xF091-0xF093), SP-GiST's
+// its page id (0xFF82), a sequence's the zero high half of its magic
+// (0x1717, the first uint32), GIN's its flags (a GIN page whose rightlink
+// is block 0x1717 and whose flags are 0, an internal entry page, passes
+// for a sequence page: their masks differ only in hint bits). It reports
+// false for all-zero (new) pages and unknown layouts.
 func PageKind(p []byte) (wal.RmgrID, bool) {
 	if len(p) != pg.BlockSize || isNew(p) {
 		return 0, false
@@ -48,10 +52,15 @@ func PageKind(p []byte) (wal.RmgrID, bool) {
 			return wal.RmBtree, true
 		}
 	case pg.BlockSize - 8:
-		if last >= 0xF091 && last <= 0xF093 {
+		switch {
+		case last >= 0xF091 && last <= 0xF093:
 			return wal.RmBRIN, true
+		case last == 0xFF82:
+			return wal.RmSPGist, true
+		case last == 0 && binary.LittleEndian.Uint32(p[pg.BlockSize-8:]) == 0x1717:
+			return wal.RmSequence, true
 		}
-		return wal.RmSequence, true
+		return wal.RmGin, true
 	}
 	return 0, false
 }
@@ -60,7 +69,7 @@ func PageKind(p []byte) (wal.RmgrID, bool) {
 func isNew(p []byte) bool { return binary.LittleEndian.Uint16(p[14:]) == 0 }
 
 // Equal reports whether two versions of a page of the given fork are the
-// same once masked: heap, btree, hash, GiST, BRIN and sequence pages with
+// same once masked: heap, btree, hash, GiST, SP-GiST, GIN, BRIN and sequence pages with
 // postgres.Mask; visibility-map pages but for their LSN and checksum;
 // other pages whole.
 // a and b are not modified.
