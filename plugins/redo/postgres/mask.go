@@ -66,6 +66,10 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	case wal.RmGin:
 		maskGin(p)
 		return true
+	case wal.RmGeneric:
+		maskLSN(p)
+		maskUnused(p)
+		return true
 	}
 	return false
 }

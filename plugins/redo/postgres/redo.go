@@ -96,6 +96,10 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		err = redoGist(r, blk, p)
 	case wal.RmGin:
 		err = redoGin(r, blk, p)
+	case wal.RmGeneric:
+		if err = redoGeneric(blk, p); err == nil {
+			p.setLSN(r.EndLSN)
+		}
 	case wal.RmXLOG:
 		// FPI carries an applied image (handled above). FPI_FOR_HINT
 		// carries none when full_page_writes is off (wal_log_hints or
