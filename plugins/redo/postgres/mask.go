@@ -66,6 +66,9 @@ func Mask(rm wal.RmgrID, pg8k []byte, blkno uint32) bool {
 	case wal.RmGin:
 		maskGin(p)
 		return true
+	case wal.RmSPGist:
+		maskSPGist(p)
+		return true
 	case wal.RmGeneric:
 		maskLSN(p)
 		maskUnused(p)

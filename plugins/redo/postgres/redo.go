@@ -96,6 +96,8 @@ func RedoBlock(r *wal.Record, blk *wal.BlockRef, pg8k []byte, opts Options) (err
 		err = redoGist(r, blk, p)
 	case wal.RmGin:
 		err = redoGin(r, blk, p)
+	case wal.RmSPGist:
+		err = redoSPGist(r, blk, p)
 	case wal.RmGeneric:
 		if err = redoGeneric(blk, p); err == nil {
 			p.setLSN(r.EndLSN)
