@@ -70,7 +70,9 @@ func isNew(p []byte) bool { return binary.LittleEndian.Uint16(p[14:]) == 0 }
 
 // Equal reports whether two versions of a page of the given fork are the
 // same once masked: heap, btree, hash, GiST, SP-GiST, GIN, BRIN and sequence pages with
-// postgres.Mask; visibility-map pages but for their LSN and checksum;
+// postgres.Mask (and an SP-GiST metapage but for its cache of last-used
+// pages; GiST pages also by their NSN and follow-right flag, see
+// gistLinksEqual); visibility-map pages but for their LSN and checksum;
 // other pages whole.
 // a and b are not modified.
 func Equal(fork pg.ForkNumber, blk uint32, a, b []byte) bool {
@@ -91,10 +93,38 @@ func Equal(fork pg.ForkNumber, blk uint32, a, b []byte) bool {
 	if !oka || !okb || ka != kb {
 		return false
 	}
+	if ka == wal.RmGist && !gistLinksEqual(a, b) {
+		return false
+	}
 	postgres.Mask(ka, a, blk)
 	postgres.Mask(kb, b, blk)
+	if ka == wal.RmSPGist && blk == 0 {
+		// SP-GiST's metapage caches the last pages used
+		// (SpGistUpdateMetaPage), a hint never WAL-logged: redo leaves
+		// it as the index build wrote it.
+		clear(a[spgCacheStart:spgCacheEnd])
+		clear(b[spgCacheStart:spgCacheEnd])
+	}
 	return bytes.Equal(a, b)
 }
+
+// gistLinksEqual compares what gist_mask hides but a GiST scan relies on:
+// the NSN and the follow-right flag, which tell a scan whether to follow
+// a page's rightlink too (a wrong NSN makes scans return tuples twice).
+// Postgres masks them because a primary's consistency images are taken
+// before they are known; writeback and redo pages both have them.
+func gistLinksEqual(a, b []byte) bool {
+	const followRight = 1 << 3
+	sa, sb := a[pg.BlockSize-16:], b[pg.BlockSize-16:]
+	return bytes.Equal(sa[:8], sb[:8]) && sa[12]&followRight == sb[12]&followRight
+}
+
+// The lastUsedPages cache of an SP-GiST metapage: after the page header
+// and the magic number, eight block numbers with their free space.
+const (
+	spgCacheStart = 24 + 4
+	spgCacheEnd   = spgCacheStart + 8*8
+)
 
 // VMBitsSubset reports whether visibility-map page b has no bit that page
 // a lacks, with the same header but for the LSN and checksum. Postgres

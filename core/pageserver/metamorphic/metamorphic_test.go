@@ -163,7 +163,9 @@ const resultSQL = `SELECT concat_ws(' ',
 	(SELECT count(*) FROM pgbench_history), (SELECT coalesce(sum(delta), 0) FROM pgbench_history),
 	(SELECT md5(string_agg(id || ':' || v || ':' || n || ':' || w, ',' ORDER BY id)) FROM m_t),
 	(SELECT count(*) FROM m_trunc), (SELECT count(*) FROM pg_class WHERE relname LIKE 'm\_%'),
-	(SELECT md5(string_agg(aid::text, ',' ORDER BY aid)) FROM pgbench_accounts WHERE abalance <> 0))`
+	(SELECT md5(string_agg(aid::text, ',' ORDER BY aid)) FROM pgbench_accounts WHERE abalance <> 0),
+	(SELECT count(*) FROM m_ix WHERE a @> ARRAY[3]), (SELECT count(*) FROM m_ix WHERE p <@ box(point(10, 5), point(19, 9))),
+	(SELECT count(*) FROM m_ix WHERE b && box(point(10, 10), point(20, 20))), (SELECT count(*) FROM m_ix WHERE t LIKE 'ab%'))`
 
 // point is a quiesced checkpoint of the workload, followed by a WAL switch:
 // at lsn (just below the end of that segment) every page is in both
@@ -284,7 +286,8 @@ func compareFiles(ctx context.Context, t *testing.T, wb, rd *timeline.Timeline, 
 
 // TestWritebackEqualsRedo: one workload (pgbench, DDL: CREATE/DROP/ALTER
 // TABLE with and without a rewrite, CREATE INDEX, VACUUM, VACUUM FREEZE,
-// TRUNCATE, UPDATE/DELETE) runs once on a FUSE mount over psbackend with
+// TRUNCATE, UPDATE/DELETE, an index of each method: hash, GiST, SP-GiST,
+// GIN, BRIN, bloom) runs once on a FUSE mount over psbackend with
 // full_page_writes=off. Its WAL is ingested into a second timeline (the
 // initdb output imported once, then WAL only; Go redo engine, pushdown
 // N=3). At every quiesced checkpoint the two timelines hold the same
@@ -399,6 +402,22 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		p.Exec("VACUUM pgbench_accounts")
 		quiesce(fmt.Sprintf("DDL round %d", i+1))
 	}
+	// Every index method the redo engine replays, with full_page_writes
+	// off: only the index builds' pages arrive whole.
+	p.Exec(`CREATE EXTENSION IF NOT EXISTS bloom;
+		CREATE TABLE m_ix (id int, a int[], b box, p point, t text);
+		CREATE INDEX m_ix_hash ON m_ix USING hash (id);
+		CREATE INDEX m_ix_gist ON m_ix USING gist (b);
+		CREATE INDEX m_ix_spgist ON m_ix USING spgist (p);
+		CREATE INDEX m_ix_spgist_t ON m_ix USING spgist (t);
+		CREATE INDEX m_ix_gin ON m_ix USING gin (a) WITH (gin_pending_list_limit = 64);
+		CREATE INDEX m_ix_brin ON m_ix USING brin (id) WITH (pages_per_range = 2);
+		CREATE INDEX m_ix_bloom ON m_ix USING bloom (id);
+		INSERT INTO m_ix SELECT g, ARRAY[g % 10, g % 1000], box(point(g % 100, g / 100), point(g % 100 + 1, g / 100 + 1)),
+			point(g % 150, g / 150), md5(g::text) FROM generate_series(1, 15000) g;
+		DELETE FROM m_ix WHERE id % 3 = 0`)
+	p.Exec("VACUUM m_ix")
+	quiesce("index methods")
 	var tpccWant string
 	if long {
 		// A small TPROC-C: one warehouse, two virtual users for 20 s.

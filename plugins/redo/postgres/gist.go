@@ -152,7 +152,7 @@ func redoGist(r *wal.Record, blk *wal.BlockRef, p page) error {
 			return nil
 		}
 		rlink := binary.LittleEndian.Uint32(m)
-		nsn := uint64(binary.LittleEndian.Uint32(m[8:]))<<32 | uint64(binary.LittleEndian.Uint32(m[12:]))
+		nsn := binary.LittleEndian.Uint64(m[8:]) // orignsn, an XLogRecPtr (not a page LSN's two halves)
 		leaf, npage, follow := m[16] != 0, int(binary.LittleEndian.Uint16(m[18:])), m[20] != 0
 		i := int(blk.ID) - 1
 		if i >= npage {
