@@ -15,16 +15,19 @@ import (
 const redoGuardName = "strata_redo_index_guard"
 
 // redoIndexAMs are the index access methods whose WAL the Go redo engine
-// replays, as an SQL list (plugins/redo/postgres).
-const redoIndexAMs = "'btree', 'hash', 'gist', 'brin'"
+// replays, as an SQL list (plugins/redo/postgres): Postgres' own, and the
+// extensions' methods known to log through generic WAL (contrib's bloom,
+// pgvector's hnsw and ivfflat). Another extension's method may log
+// records of its own resource manager, which the engine cannot replay.
+const redoIndexAMs = "'btree', 'hash', 'gist', 'spgist', 'gin', 'brin', 'bloom', 'hnsw', 'ivfflat'"
 
 // redoGuardBody is the guard function's body. At the end of every DDL
 // command it looks
 // at the indexes the command made: the ones it reports itself (CREATE
 // INDEX, a CREATE TABLE's constraints) and the new indexes of a table it
-// reports (ALTER TABLE ... ADD CONSTRAINT ... EXCLUDE); one that is not a
-// btree, hash, GiST or BRIN index (GIN, SP-GiST, an extension's) and not
-// temporary (no WAL) fails the command.
+// reports (ALTER TABLE ... ADD CONSTRAINT ... EXCLUDE); one of a method not
+// in redoIndexAMs (an extension's with WAL of its own) and not temporary
+// (no WAL) fails the command.
 const redoGuardBody = `
 DECLARE r record;
 BEGIN
@@ -37,7 +40,7 @@ BEGIN
              AND c.relpersistence <> 't' AND am.amname NOT IN (` + redoIndexAMs + `)
   LOOP
     RAISE EXCEPTION 'strata redo mode cannot rebuild the pages of % indexes from WAL: index % refused', r.amname, r.idx
-      USING HINT = 'Use a btree, hash, GiST or BRIN index, or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
+      USING HINT = 'Use an index method whose WAL strata replays (btree, hash, gist, spgist, gin, brin, bloom, hnsw, ivfflat), or run the cluster with storage.page_source: writeback. An index built CONCURRENTLY stays behind, invalid: DROP INDEX it.';
   END LOOP;
 END `
 
@@ -80,7 +83,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 			continue
 		}
 		if installed {
-			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a GIN or SP-GiST index fails")
+			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a method whose WAL strata does not replay fails")
 		}
 		if len(unsupported) > 0 {
 			a.log.Warn().Str("database", db).Strs("indexes", unsupported).
@@ -92,7 +95,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context) {
 // redoGuardDB installs the guard in database db unless it has one (a
 // function from an older strata is brought up to date, the trigger and
 // whether it is enabled left alone), and lists the database's
-// non-temporary indexes other than btree, hash, GiST and BRIN.
+// non-temporary indexes of methods not in redoIndexAMs.
 func (a *Agent) redoGuardDB(ctx context.Context, db string) (installed bool, unsupported []string, err error) {
 	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable",
 		filepath.Join(a.cfg.Scratch, "sock"), a.cfg.Port, connValue(db)))

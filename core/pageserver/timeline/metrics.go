@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		raisedWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_writes_raised_total",
 			Help: "Compute writes whose W lay below the newest image layer's LSN, stored at that LSN instead (else the image would hide them)."}),
 		unsupported: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_redo_unsupported_total",
-			Help: "Images the image policy wanted at ingest but the redo engine could not make: a record of the page is of a type it does not replay (GIN, SP-GiST, generic WAL). Ingest goes on; reads of those pages fail."}),
+			Help: "Images the image policy wanted at ingest but the redo engine could not make: a record of the page is of a type it does not replay (an extension's resource manager, an unknown record type). Ingest goes on; reads of those pages fail."}),
 	}
 	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
 		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported)

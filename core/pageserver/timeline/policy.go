@@ -257,6 +257,6 @@ func (t *Timeline) logUnsupported(k keyspace.Key, lsn pg.LSN, err error) {
 		return
 	}
 	t.log.Error().Err(err).Stringer("key", k).Stringer("lsn", lsn).Int("pages_since_last_log", t.unsupported.n).
-		Msg("the redo engine cannot rebuild this page (redo mode supports heap, btree, hash, GiST and BRIN relations only): its WAL is kept and ingest goes on, but reads of the page and image layers fail; drop the index (or table) it belongs to, or use storage.page_source: writeback")
+		Msg("the redo engine cannot rebuild this page (a record of a type it does not replay, such as an extension's resource manager): its WAL is kept and ingest goes on, but reads of the page and image layers fail; drop the index (or table) it belongs to, or use storage.page_source: writeback")
 	t.unsupported.last, t.unsupported.n = now, 0
 }

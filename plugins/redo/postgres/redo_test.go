@@ -17,9 +17,8 @@ func TestUnsupportedRecordsAreNamed(t *testing.T) {
 		info uint8
 		name string
 	}{
-		{wal.RmGin, 0x20, "Gin/INSERT"},
-		{wal.RmSPGist, 0x10, "SPGist/ADD_LEAF"},
-		{wal.RmGeneric, 0x00, "Generic/Generic"},
+		{wal.RmGin, 0xA0, "Gin/UNKNOWN (a0)"},
+		{wal.RmgrID(130), 0x00, "custom130/UNKNOWN (0)"}, // an extension's resource manager
 		{wal.RmXLOG, 0x00, "XLOG/CHECKPOINT_SHUTDOWN"},
 	} {
 		r := &wal.Record{RmID: c.rm, Info: c.info, LSN: 0x1000, EndLSN: 0x1040,
