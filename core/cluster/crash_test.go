@@ -49,12 +49,13 @@ func TestCrashRounds(t *testing.T) {
 // killed with SIGKILL at a random moment, ten times. After each kill the
 // cluster comes back (the agent restarts Postgres itself; a dead agent
 // needs `strata up`), every acknowledged ledger row must be there, every
-// acknowledged CREATE, INSERT and DROP of the churn must show, the pgbench
-// balances must agree and pg_amcheck must find nothing. It returns how many
+// acknowledged CREATE, INSERT and DROP of the churn must show, the
+// ledger's GIN, GiST and SP-GiST indexes must find every row once, the
+// pgbench balances must agree and pg_amcheck must find nothing. It returns how many
 // rows were acknowledged.
 func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed uint64) int {
 	t.Helper()
-	exec1(t, ctx, url, "CREATE TABLE ledger (id int PRIMARY KEY)")
+	exec1(t, ctx, url, ledgerIndexed)
 	pgtool(t, url, "pgbench", "-i", "-q", "-s", "2")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), seed))
 	acked := map[int]bool{}
@@ -137,12 +138,65 @@ func crashRounds(t *testing.T, ctx context.Context, c *Cluster, url string, seed
 			(SELECT coalesce(sum(delta), 0) FROM pgbench_history))`)
 		checkPgbench(t, sum)
 		checkChurn(t, ctx, url, round, tables)
+		checkLedgerIndexes(t, ctx, url, round)
 		pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed", "--rootdescend")
 	}
 	if len(acked) == 0 {
 		t.Fatal("no commit was acknowledged")
 	}
 	return len(acked)
+}
+
+// ledgerIndexed is the crash rounds' ledger: its rows also carry an array,
+// a box, a point and a text made from the id (generated columns, so the
+// ledger's INSERT stays one value), indexed by GIN (its pending list on),
+// GiST and SP-GiST: the WAL of every index method goes through the
+// kills, with full_page_writes=off.
+const ledgerIndexed = `CREATE TABLE ledger (id int PRIMARY KEY,
+	a int[] GENERATED ALWAYS AS (ARRAY[0, id % 97]) STORED,
+	b box GENERATED ALWAYS AS (box(point(id % 1000, id / 1000), point(id % 1000 + 1, id / 1000 + 1))) STORED,
+	p point GENERATED ALWAYS AS (point(id % 1000, id / 1000)) STORED,
+	t text GENERATED ALWAYS AS (md5(id::text)) STORED);
+CREATE INDEX ledger_a ON ledger USING gin (a);
+CREATE INDEX ledger_b ON ledger USING gist (b);
+CREATE INDEX ledger_p ON ledger USING spgist (p);
+CREATE INDEX ledger_t ON ledger USING spgist (t)`
+
+// checkLedgerIndexes checks that the ledger's GIN, GiST and SP-GiST
+// indexes each find every row of the table, once (GiST and SP-GiST by a
+// plain index scan, which would return a row twice where a bitmap scan
+// would not; GIN has only bitmap scans).
+func checkLedgerIndexes(t *testing.T, ctx context.Context, url string, round int) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var want string
+	if err := conn.QueryRow(ctx, "SELECT count(*)::text FROM ledger").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"SET enable_seqscan = off", "SET enable_indexonlyscan = off"} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		index, q string
+		bitmap   bool
+	}{
+		{"ledger_a", "SELECT count(*)::text FROM ledger WHERE a @> ARRAY[0]", true},
+		{"ledger_b", "SELECT count(*)::text FROM ledger WHERE b && box(point(-1, -1), point(1001, 1e7))", false},
+		{"ledger_p", "SELECT count(*)::text FROM ledger WHERE p <@ box(point(-1, -1), point(1001, 1e7))", false},
+		{"ledger_t", "SELECT count(*)::text FROM ledger WHERE t >= ''", false},
+	} {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET enable_bitmapscan = %t", c.bitmap)); err != nil {
+			t.Fatal(err)
+		}
+		throughIndex(t, ctx, conn, c.q, c.index, want)
+	}
+	t.Logf("round %d: the GIN, GiST and SP-GiST indexes find all %s ledger rows", round, want)
 }
 
 // ddlChurn creates tables crash_ddl_<n> from n = from on until stop or the
