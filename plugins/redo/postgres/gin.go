@@ -81,27 +81,13 @@ func (p page) ginInitMeta(meta []byte) error {
 	return nil
 }
 
-// ginAddTuples adds n index tuples, packed unaligned in d, from offset off
-// on.
+// ginAddTuples adds the n index tuples packed in d from offset off on.
 func (p page) ginAddTuples(d []byte, n, off int) error {
-	for i := 0; i < n; i++ {
-		if len(d) < 8 {
-			return errShort
-		}
-		sz := indexTupleSize(d)
-		if sz < 8 || sz > len(d) {
-			return errShort
-		}
-		if err := p.addItem(d[:sz], off, false, false); err != nil {
-			return err
-		}
-		d = d[sz:]
-		off++
+	added, err := p.addIndexTuples(d, off)
+	if err == nil && added != n {
+		err = fmt.Errorf("%w: %d GIN tuples, %d in the record", errRecord, added, n)
 	}
-	if len(d) != 0 {
-		return fmt.Errorf("%w: %d bytes after %d GIN tuples", errRecord, len(d), n)
-	}
-	return nil
+	return err
 }
 
 // A tid is an ItemPointerData's six bytes: the block number as two 16-bit

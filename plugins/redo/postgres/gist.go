@@ -61,24 +61,25 @@ func gistAfterImage(r *wal.Record, blk *wal.BlockRef, p page) {
 	}
 }
 
-// gistAddTuples adds index tuples (IndexTupleSize each, unaligned in the
-// record) from offset off on.
-func (p page) gistAddTuples(d []byte, off int) error {
+// addIndexTuples adds the index tuples packed in d (IndexTupleSize each,
+// unaligned in a record) from offset off on, and returns how many.
+func (p page) addIndexTuples(d []byte, off int) (int, error) {
+	n := 0
 	for len(d) > 0 {
 		if len(d) < 8 {
-			return errShort
+			return n, errShort
 		}
 		sz := indexTupleSize(d)
 		if sz < 8 || sz > len(d) {
-			return errShort
+			return n, errShort
 		}
-		if err := p.addItem(d[:sz], off, false, false); err != nil {
-			return err
+		if err := p.addItem(d[:sz], off+n, false, false); err != nil {
+			return n, err
 		}
 		d = d[sz:]
-		off++
+		n++
 	}
-	return nil
+	return n, nil
 }
 
 func redoGist(r *wal.Record, blk *wal.BlockRef, p page) error {
@@ -125,7 +126,7 @@ func redoGist(r *wal.Record, blk *wal.BlockRef, p page) error {
 			if p.lower() > pageHeaderSize { // !PageIsEmpty
 				off = p.maxOff() + 1
 			}
-			if err := p.gistAddTuples(d, off); err != nil {
+			if _, err := p.addIndexTuples(d, off); err != nil {
 				return err
 			}
 		}
@@ -173,7 +174,7 @@ func redoGist(r *wal.Record, blk *wal.BlockRef, p page) error {
 		if len(blk.Data) < 4 {
 			return errShort
 		}
-		if err := p.gistAddTuples(blk.Data[4:], 1); err != nil {
+		if _, err := p.addIndexTuples(blk.Data[4:], 1); err != nil {
 			return err
 		}
 		if n := int(int32(binary.LittleEndian.Uint32(blk.Data))); n != p.maxOff() {
