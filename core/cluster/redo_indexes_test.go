@@ -62,6 +62,18 @@ func TestRedoIndexMethods(t *testing.T) {
 		t.Fatalf("an index of an unknown method in a database created after the start: %v, want the guard's refusal", err)
 	}
 	exec1(t, ctx, url, "CREATE EXTENSION bloom")
+	// pgvector's indexes (generic WAL), where pgvector is installed: it is
+	// not a Debian bookworm package, so CI does not have it.
+	_, err = os.Stat("/usr/share/postgresql/15/extension/vector.control")
+	vector := err == nil
+	if vector {
+		exec1(t, ctx, url, `CREATE EXTENSION vector; CREATE TABLE gv (id int, v vector(3));
+			CREATE INDEX gv_hnsw ON gv USING hnsw (v vector_l2_ops) WITH (m = 4, ef_construction = 16);
+			INSERT INTO gv SELECT g, ('[' || g % 100 || ',' || g % 37 || ',' || g % 11 || ']')::vector FROM generate_series(1, 5000) g;
+			CREATE TABLE gw AS SELECT * FROM gv;
+			CREATE INDEX gw_ivf ON gw USING ivfflat (v vector_l2_ops) WITH (lists = 10);
+			INSERT INTO gw SELECT g, ('[' || g % 90 || ',' || g % 31 || ',' || g % 13 || ']')::vector FROM generate_series(5001, 8000) g`)
+	}
 	for _, ddl := range []string{
 		"CREATE INDEX g_hash ON g USING hash (id)",
 		"CREATE INDEX g_gist ON g USING gist (b)",
@@ -164,6 +176,13 @@ func TestRedoIndexMethods(t *testing.T) {
 	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM g WHERE p <@ box(point(10, 5), point(19, 9))", "using g_spgist on g", "50")
 	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM g WHERE t = md5('4242')", "g_spgist_excl", "1")
 	throughIndex(t, ctx, conn, "SELECT count(*)::text FROM g WHERE c && box(point(300, 300), point(600, 600))", "using g_other on g", "101")
+	if vector {
+		// Nearest neighbours through each (an approximate search: the
+		// count and the plan, not the rows, are checked).
+		throughIndex(t, ctx, conn, "SELECT count(*)::text FROM (SELECT id FROM gv ORDER BY v <-> '[1,1,1]' LIMIT 10) x", "gv_hnsw", "10")
+		throughIndex(t, ctx, conn, "SELECT count(*)::text FROM (SELECT id FROM gw ORDER BY v <-> '[1,1,1]' LIMIT 10) x", "gw_ivf", "10")
+		t.Log("pgvector's hnsw and ivfflat indexes read back from the pageserver")
+	}
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }
 
