@@ -125,7 +125,7 @@ names the timeline of the compute's non-relation files (pg_control, pg_xact,
 	f.StringVar(&cfg.ImagePolicy, "image-policy", cfg.ImagePolicy, "image policy: writeback, fpi, pushdown or hot")
 	f.IntVar(&cfg.PushdownDeltas, "pushdown-deltas", cfg.PushdownDeltas, "pushdown and hot: materialize a page after this many deltas")
 	f.IntVar(&cfg.PushdownBytes, "pushdown-bytes", cfg.PushdownBytes, "pushdown and hot: ... or after this many bytes of deltas (0: no limit)")
-	f.Int64Var(&cfg.ImageLayerBytes, "image-layer-bytes", cfg.ImageLayerBytes, "write an image layer after this many bytes of delta layers (and not before they reach the last image layer's size)")
+	f.Int64Var(&cfg.ImageLayerBytes, "image-layer-bytes", cfg.ImageLayerBytes, "write image layers of the changed key ranges after this many bytes of delta layers (and not before they reach the size of the images they replace)")
 	f.IntVar(&cfg.HotBurst, "hot-burst", cfg.HotBurst, "hot: materialize at once a page with this many deltas in one ingest batch")
 	f.Int64Var(&cfg.CheckpointDistance, "checkpoint-distance", cfg.CheckpointDistance, "freeze the in-memory layer at this many bytes")
 	f.DurationVar(&cfg.CheckpointTimeout, "checkpoint-timeout", cfg.CheckpointTimeout, "freeze the in-memory layer at this age")

@@ -72,10 +72,10 @@ type Storage struct {
 	// record ("64MiB", "1GB" or bytes; default 64MiB).
 	GCHorizon string `mapstructure:"gc_horizon"`
 	// ImageLayerBytes: the writeback and fpi policies (and pushdown's and
-	// hot's layer rule) write an image layer of the whole database after
-	// this many bytes of delta layers, and never before the deltas reach
-	// the last image layer's size ("256MiB", "1GB" or bytes; default
-	// 256MiB). Smaller: shorter delta chains and earlier GC, more image
+	// hot's layer rule) write image layers of the key ranges that changed
+	// after this many bytes of delta layers, and never before the deltas
+	// reach the size of the images they replace ("256MiB", "1GB" or bytes;
+	// default 256MiB). Smaller: shorter delta chains and earlier GC, more image
 	// bytes written.
 	ImageLayerBytes string `mapstructure:"image_layer_bytes"`
 }
@@ -124,7 +124,7 @@ func (s *Storage) Validate() error {
 	if n, err := s.ImageLayerByteCount(); err != nil {
 		return fmt.Errorf("storage.image_layer_bytes: %w", err)
 	} else if n < 1<<20 {
-		return fmt.Errorf("storage.image_layer_bytes: %s: must be at least 1MiB (each image layer rewrites the whole database)", s.ImageLayerBytes)
+		return fmt.Errorf("storage.image_layer_bytes: %s: must be at least 1MiB (each image pass rewrites whole key ranges of the database)", s.ImageLayerBytes)
 	}
 	return nil
 }

@@ -39,7 +39,8 @@ type Config struct {
 	// HotBurst: with image_policy hot, a page with this many deltas in one
 	// ingest batch (write-hot) is materialized at once.
 	HotBurst int `mapstructure:"hot_burst"`
-	// ImageLayerBytes: write an image layer after this many delta bytes.
+	// ImageLayerBytes: run an image pass (over the key ranges that changed)
+	// after this many delta bytes.
 	ImageLayerBytes int64 `mapstructure:"image_layer_bytes"`
 	// CheckpointDistance: freeze the in-memory layer at this many bytes.
 	CheckpointDistance int64 `mapstructure:"checkpoint_distance"`

@@ -505,121 +505,6 @@ func dropHidden(vs []layer.Version, cutoff pg.LSN) []layer.Version {
 	return out
 }
 
-// CreateImageLayer materializes every key of the timeline at lsn (its own
-// keys and, for a branch, its ancestors') into image layers that together
-// cover the whole key space. lsn must be at or below the last record LSN
-// and no pending version may be at or below it.
-func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
-	l := t.LSNs()
-	if lsn > l.Durable {
-		return fmt.Errorf("timeline: image layer at %s above the durable LSN %s", lsn, l.Durable)
-	}
-	// Versions below lsn may still sit in in-memory layers: flush first.
-	if err := t.Flush(ctx); err != nil {
-		return err
-	}
-	// The images rank above every version that exists now and below any
-	// later write at the same LSN. With writeMu held no write is half
-	// stored: every smaller Seq is in memory or a layer file, where the
-	// scan below sees it. From here on a gated write below lsn is raised
-	// to lsn (putLocked), so no later write is hidden by these images.
-	t.writeMu.Lock()
-	t.mu.Lock()
-	imgSeq := t.seq.Add(1)
-	t.imageFloor = max(t.imageFloor, lsn)
-	t.mu.Unlock()
-	t.writeMu.Unlock()
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
-	// Stream: one key materialized at a time, files rolled over at the
-	// target size at a key boundary; declared ranges tile the key space.
-	var hs []*handle
-	iw := &imageWriter{t: t, lsn: lsn}
-	nkeys, skipped := 0, 0
-	dropped, err := t.droppedRels(ctx, lsn)
-	if err != nil {
-		return err
-	}
-	err = t.ScanKeys(ctx, keyspace.All, lsn, func(k keyspace.Key) error {
-		cs, _, err := t.collect(ctx, k, lsn)
-		if err != nil {
-			return err
-		}
-		if k.IsRelBlock() && len(cs) > 0 {
-			// A page of a dropped relation, not written since the drop:
-			// it does not exist at lsn. Before, every image layer copied
-			// such pages again, and GC could never let them go.
-			//
-			// Strictly below: once an image layer was made after the drop,
-			// the size key reads as a tombstone at that image's LSN, not
-			// the drop's, and the pages that image kept carry the same
-			// LSN. A page written at or after the drop (Postgres does not,
-			// without creating the fork again; the model test does) stays,
-			// and so do the rare pages written at the drop's very LSN.
-			if at, ok := dropped[k.Rel()]; ok && cs[0].v.LSN < at {
-				skipped++
-				return nil
-			}
-		}
-		d, _, err := t.materialize(ctx, k, lsn, cs)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		nkeys++
-		if iw.w != nil && iw.w.Size() >= t.opts.LayerTargetSize {
-			h, err := iw.finish(k)
-			if err != nil {
-				return err
-			}
-			hs = append(hs, h)
-		}
-		return iw.add(&layer.Version{Key: k, LSN: lsn, Seq: imgSeq, Kind: layer.Image, Data: d})
-	})
-	if err == nil {
-		var h *handle
-		if h, err = iw.finish(keyspace.MaxKey); err == nil {
-			hs = append(hs, h)
-		}
-	}
-	if err != nil {
-		iw.abort()
-		for _, h := range hs {
-			h.remove()
-		}
-		return err
-	}
-	t.log.Debug().Int("keys", nkeys).Int("dropped_pages", skipped).Int("files", len(hs)).Stringer("lsn", lsn).Msg("created image layer")
-	return t.replaceLayers(nil, hs)
-}
-
-// droppedRels returns the relation forks dropped (DropRel: a tombstone of
-// the size key) at or below lsn, with the LSN of the last drop (or of the
-// first image layer after it, which holds no size key): a page whose
-// newest version is below it belongs to a dropped incarnation (the fork
-// may have been created again since, under the same number).
-func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (map[pg.RelTag]pg.LSN, error) {
-	out := map[pg.RelTag]pg.LSN{}
-	err := t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
-		if !k.IsRelSize() {
-			return nil
-		}
-		cs, _, err := t.collect(ctx, k, lsn)
-		if err != nil {
-			return err
-		}
-		// Newest first, ending at a base: a tombstone is one, so the last
-		// drop, if any, is the last candidate.
-		if n := len(cs); n > 0 && cs[n-1].v.Kind == layer.Tombstone {
-			out[k.Rel()] = cs[n-1].v.LSN
-		}
-		return nil
-	})
-	return out, err
-}
-
 // imageWriter writes layer files one after the other (image layers; and
 // with tight set, compaction output whose ranges are exactly their keys).
 type imageWriter struct {
@@ -862,7 +747,7 @@ func (t *Timeline) background() {
 	defer tick.Stop()
 	upload := retryAfter{min: 100 * time.Millisecond, max: 10 * time.Second}
 	// A failed image layer is retried later, not at the next round: it
-	// materializes every page of the database before it fails, and a page
+	// may materialize every page of the database before it fails, and a page
 	// the redo engine cannot rebuild (an index whose WAL it does not
 	// replay, allowed by an operator in redo mode) fails every attempt.
 	images := retryAfter{min: 30 * time.Second, max: 30 * time.Minute}
@@ -918,30 +803,6 @@ func (t *Timeline) background() {
 				Dur("gc", t4.Sub(t3)).Dur("upload_evict", time.Since(t4)).Msg("slow background round")
 		}
 	}
-}
-
-// deltasSinceImage counts the delta layers (and their bytes) that end
-// above the newest image layer, and the bytes of the image layers at that
-// image's LSN (one CreateImageLayer's files).
-func (t *Timeline) deltasSinceImage() (n int, b, image int64) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	var img pg.LSN
-	for _, h := range t.layers.All() {
-		if !h.desc.IsDelta() {
-			img = max(img, h.desc.LSNStart)
-		}
-	}
-	for _, h := range t.layers.All() {
-		switch {
-		case h.desc.IsDelta() && h.desc.LSNEnd > img+1:
-			n++
-			b += h.desc.Size
-		case !h.desc.IsDelta() && img > 0 && h.desc.LSNStart == img:
-			image += h.desc.Size
-		}
-	}
-	return n, b, image
 }
 
 // retryAfter spaces the attempts of a failing background step: after a

@@ -151,7 +151,7 @@ func (h *handle) versions(ctx context.Context, v []cand, k keyAt) ([]cand, error
 	if len(es) == 0 && h.desc.Kind == layer.ImageLayer {
 		// An image layer is authoritative for its key range at its LSN:
 		// a key it does not hold did not exist.
-		v = append(v, cand{v: layer.Version{Key: k.key, LSN: h.desc.LSNStart, Kind: layer.Tombstone}})
+		v = append(v, cand{v: layer.Version{Key: k.key, LSN: h.desc.LSNStart, Kind: layer.Tombstone}, absent: true})
 	}
 	return v, nil
 }

@@ -26,6 +26,8 @@ type Metrics struct {
 	manifestSaves prometheus.Counter
 	raisedWrites  prometheus.Counter
 	unsupported   prometheus.Counter
+	imageBytes    prometheus.Counter
+	imageKept     prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -52,8 +54,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Compute writes whose W lay below the newest image layer's LSN, stored at that LSN instead (else the image would hide them)."}),
 		unsupported: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_redo_unsupported_total",
 			Help: "Images the image policy wanted at ingest but the redo engine could not make: a record of the page is of a type it does not replay (an extension's resource manager, an unknown record type). Ingest goes on; reads of those pages fail."}),
+		imageBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_image_bytes_total",
+			Help: "Bytes of image layer files written by image passes (only the key ranges that changed since their image are rewritten)."}),
+		imageKept: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_image_kept_bytes_total",
+			Help: "Bytes of image layer files that image passes left in place, their key ranges unchanged since (summed per pass)."}),
 	}
-	reg.MustRegister(m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
+	reg.MustRegister(m.imageBytes, m.imageKept, m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
 		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported)
 	return m
 }
@@ -80,6 +86,14 @@ func (m *Metrics) reconstructed(deltas int) {
 func (m *Metrics) raised(n int) {
 	if m != nil && n > 0 {
 		m.raisedWrites.Add(float64(n))
+	}
+}
+
+// imagePass records an image pass: bytes written and bytes kept.
+func (m *Metrics) imagePass(written, kept int64) {
+	if m != nil {
+		m.imageBytes.Add(float64(written))
+		m.imageKept.Add(float64(kept))
 	}
 }
 

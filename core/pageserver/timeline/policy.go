@@ -34,11 +34,13 @@ type ImagePolicy interface {
 	// engine) at the same LSN; 0 never does. Policies that also implement
 	// KeyPolicy are asked per key instead (see DueImages).
 	MaterializeAfter() int
-	// WantImageLayer reports whether to write an image layer for the whole
-	// key space now, given the delta layers written since the last image
-	// layer (count and bytes) and the bytes of that last image layer (0
-	// when there is none), about what the next one will cost to write.
-	// Image layers bound reads and let GC drop the deltas below them.
+	// WantImageLayer reports whether to run an image pass now (over the
+	// key ranges that changed since their image, or the whole key space
+	// the first time), given the delta layers above the images of the
+	// ranges they overlap (count and bytes) and the bytes of the image
+	// files the pass would replace (0 when there are none), about what the
+	// pass will cost to write. Image layers bound reads and let GC drop
+	// the deltas below them.
 	WantImageLayer(deltaLayers int, deltaBytes, imageBytes int64) bool
 }
 
@@ -54,14 +56,15 @@ type KeyPolicy interface {
 // WritebackPolicy: images come from the compute's page writes; every version
 // is already an image, so no materialization is needed. Image layers are
 // written once enough delta bytes piled up (so GC can drop old layers):
-// ImageLayerBytes, and at least as many as the last image layer holds. An
-// image layer rewrites every page of the database, so with a fixed limit
-// the bytes written for images per byte of page writes grew with the
-// database (a 4 GB database rewritten after every 256 MiB of writes: 16
-// bytes per byte); with the image's size as a floor it stays at most one.
+// ImageLayerBytes, and at least as many as the images the pass replaces
+// hold. A pass rewrites every page of the ranges it covers, so with a
+// fixed limit the bytes written for images per byte of page writes grew
+// with the database (a 4 GB database rewritten after every 256 MiB of
+// writes: 16 bytes per byte); with the images' size as a floor it stays at
+// most one.
 type WritebackPolicy struct {
-	// ImageLayerBytes: write an image layer after this many delta bytes
-	// (0: 256 MiB), or after as many as the last image layer's, whichever
+	// ImageLayerBytes: run an image pass after this many delta bytes (0:
+	// 256 MiB), or after as many as the images it replaces hold, whichever
 	// is more.
 	ImageLayerBytes int64
 }

@@ -339,8 +339,8 @@ func TestDueImagesTwiceInOneBatch(t *testing.T) {
 }
 
 // TestWritebackImageLayerRule: an image layer is wanted after
-// ImageLayerBytes of deltas, and never before the deltas reach the last
-// image layer's size, so image writes stay at most one byte per byte of
+// ImageLayerBytes of deltas, and never before the deltas reach the size of
+// the images the pass replaces, so image writes stay at most one byte per byte of
 // page writes however big the database is.
 func TestWritebackImageLayerRule(t *testing.T) {
 	p := WritebackPolicy{ImageLayerBytes: 100}
@@ -360,8 +360,9 @@ func TestWritebackImageLayerRule(t *testing.T) {
 	}
 }
 
-// TestDeltasSinceImage: the timeline reports the deltas above the newest
-// image layer and that image layer's bytes, which the policy weighs.
+// TestDeltasSinceImage: the timeline reports the deltas above the image
+// of a range they overlap and the bytes of the image files a pass would
+// replace, which the policy weighs.
 func TestDeltasSinceImage(t *testing.T) {
 	ctx := context.Background()
 	commit := &CommitLSN{}
@@ -390,25 +391,30 @@ func TestDeltasSinceImage(t *testing.T) {
 	if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
 		t.Fatal(err)
 	}
-	n, b, img := tl.deltasSinceImage()
-	if n != 0 || b != 0 || img < 64*pg.BlockSize {
-		t.Fatalf("after the image: %d deltas, %d bytes, image %d", n, b, img)
+	var whole int64
+	for _, d := range tl.Layers() {
+		if d.Kind == layer.ImageLayer {
+			whole += d.Size
+		}
+	}
+	if n, b, img := tl.deltasSinceImage(); n != 0 || b != 0 || img != 0 || whole < 64*pg.BlockSize {
+		t.Fatalf("after the image (%d bytes): %d deltas, %d bytes, image %d", whole, n, b, img)
 	}
 	put(8)
-	n, b, img2 := tl.deltasSinceImage()
-	if n == 0 || b == 0 || b >= img || img2 != img {
-		t.Fatalf("after 8 more pages: %d deltas, %d bytes, image %d (was %d)", n, b, img2, img)
+	n, b, img := tl.deltasSinceImage()
+	if n == 0 || b == 0 || img == 0 || img >= whole {
+		t.Fatalf("after 8 more pages: %d deltas, %d bytes, image %d (of %d)", n, b, img, whole)
 	}
 	p := WritebackPolicy{ImageLayerBytes: 1}
-	if p.WantImageLayer(n, b, img2) {
-		t.Fatal("an image layer wanted with fewer delta bytes than the last image holds")
+	if p.WantImageLayer(n, b, img) != (b >= img) {
+		t.Fatalf("WantImageLayer(%d, %d, %d) = %v", n, b, img, !(b >= img))
 	}
 	for b < img {
-		put(64)
-		n, b, img2 = tl.deltasSinceImage()
+		put(8)
+		n, b, img = tl.deltasSinceImage()
 	}
-	if !p.WantImageLayer(n, b, img2) {
-		t.Fatal("no image layer wanted once the deltas outgrew the last image")
+	if !p.WantImageLayer(n, b, img) {
+		t.Fatal("no image layer wanted once the deltas outgrew the images they would replace")
 	}
 }
 

@@ -20,6 +20,9 @@ type cand struct {
 	v layer.Version
 	h *handle
 	e layer.Entry
+	// absent: not a stored version but an image layer's word that the key
+	// did not exist at its LSN (a tombstone at the image's LSN).
+	absent bool
 }
 
 // snapshot is a consistent view of a timeline's in-memory state and layers.
