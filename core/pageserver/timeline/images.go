@@ -40,7 +40,7 @@ type imagePlan struct {
 // dropped by a stored tombstone of their size key, with its LSN: a range
 // holding pages of such a relation whose image is older than the drop is
 // rewritten (without them) even if no delta layer overlaps it.
-func (t *Timeline) planImages(lsn pg.LSN, drops map[pg.RelTag]pg.LSN) imagePlan {
+func (t *Timeline) planImages(ctx context.Context, lsn pg.LSN, drops map[pg.RelTag]pg.LSN) imagePlan {
 	t.mu.RLock()
 	all := t.layers.All()
 	t.mu.RUnlock()
@@ -82,7 +82,7 @@ func (t *Timeline) planImages(lsn pg.LSN, drops map[pg.RelTag]pg.LSN) imagePlan 
 	for _, d := range deltas {
 		counted := false
 		for i, f := range front {
-			if behind(f, d.desc.LSNEnd-1, d.desc.Keys) {
+			if behind(f, d.desc.LSNEnd-1, d.desc.Keys) && d.hasKeyIn(ctx, f.desc.Keys) {
 				dirty[i] = true
 				if !counted {
 					p.deltas++
@@ -114,6 +114,24 @@ func (t *Timeline) planImages(lsn pg.LSN, drops map[pg.RelTag]pg.LSN) imagePlan 
 		}
 	}
 	return p
+}
+
+// hasKeyIn reports whether the layer holds a key in r. A delta layer's
+// declared range is that of its keys, but one flushed from writes all
+// over the key space (catalog pages and a hot table) spans what lies
+// between them: only its keys make a range changed. If the file cannot be
+// read it is taken to have one.
+func (h *handle) hasKeyIn(ctx context.Context, r keyspace.Range) bool {
+	if r.Covers(h.desc.Keys) {
+		return true
+	}
+	lr, err := h.acquire(ctx)
+	if err != nil {
+		return true
+	}
+	defer h.release()
+	i := lr.Seek(r.Start)
+	return i < lr.Len() && lr.Entry(i).Key.Less(r.End)
 }
 
 // imageFrontier returns the image files that no newer image file overlaps,
@@ -150,7 +168,7 @@ func imageFrontier(images []*handle) []*handle {
 // above the image of a range they overlap (count and bytes) and the bytes
 // of the image files a pass at the durable LSN would replace.
 func (t *Timeline) deltasSinceImage() (n int, b, image int64) {
-	p := t.planImages(t.LSNs().Durable, nil)
+	p := t.planImages(context.Background(), t.LSNs().Durable, nil)
 	return p.deltas, p.deltaBytes, p.imageBytes
 }
 
@@ -169,7 +187,7 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	if err := t.Flush(ctx); err != nil {
 		return err
 	}
-	if p := t.planImages(lsn, nil); len(p.ranges) == 0 {
+	if p := t.planImages(ctx, lsn, nil); len(p.ranges) == 0 {
 		return nil // nothing changed since the images (a drop leaves a delta too)
 	}
 	// The images rank above every version that exists now and below any
@@ -189,7 +207,7 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	if err != nil {
 		return err
 	}
-	plan := t.planImages(lsn, stored)
+	plan := t.planImages(ctx, lsn, stored)
 	// Stream: one key materialized at a time, files rolled over at the
 	// target size at a key boundary; each range's files tile the range.
 	var hs []*handle

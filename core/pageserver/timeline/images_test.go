@@ -16,7 +16,8 @@ import (
 // TestImagePassRewritesChangedRanges: after the first image pass (the
 // whole key space), a pass rewrites only the ranges that changed since
 // their image: where delta layers landed, and where a dropped relation
-// still has pages. The other ranges keep their image files; every read
+// still has pages (not where a delta file's range merely spans). The
+// other ranges keep their image files; every read
 // gives what it gave before, at every LSN GC keeps; GC drops the old
 // images and deltas of the rewritten ranges; a pass with nothing changed
 // writes nothing.
@@ -90,7 +91,7 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 	put(100, a, span(64), 1)
 	put(100, gone, span(32), 2)
 	put(100, b, span(64), 3)
-	if p := tl.planImages(tl.LSNs().Durable, nil); !p.full {
+	if p := tl.planImages(ctx, tl.LSNs().Durable, nil); !p.full {
 		t.Fatalf("a timeline without images plans %+v, want the whole key space", p)
 	}
 	l1 := pass()
@@ -99,7 +100,7 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 		t.Fatalf("first pass: %d files, %d bytes; want about 20 files of 160 pages", len(first), firstBytes)
 	}
 	check("after the first pass")
-	if p := tl.planImages(tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 || p.partitions != len(first) {
+	if p := tl.planImages(ctx, tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 || p.partitions != len(first) {
 		t.Fatalf("nothing changed, yet the plan is %+v", p)
 	}
 
@@ -126,7 +127,7 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 	if _, kept := images(l1); kept == 0 || kept >= firstBytes {
 		t.Fatalf("after GC %d bytes of the first pass's images remain, want all but the rewritten range", kept)
 	}
-	if p := tl.planImages(tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 {
+	if p := tl.planImages(ctx, tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 {
 		t.Fatalf("after the second pass the plan is %+v, want nothing to do", p)
 	}
 
@@ -169,7 +170,7 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 		t.Fatalf("after the drop's pass and GC, %d bytes of layers overlap gone's key range", holding)
 	}
 	check("after the drop's pass")
-	if p := tl.planImages(tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 || p.partitions < len(first)-4 {
+	if p := tl.planImages(ctx, tl.LSNs().Durable+1, nil); p.full || len(p.ranges) != 0 || p.partitions < len(first)-4 {
 		t.Fatalf("after the drop's pass the plan is %+v", p)
 	}
 
@@ -192,4 +193,23 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 		t.Fatalf("after a restart a one-page change rewrote %d files, %d bytes", len(fourth), size)
 	}
 	check("after the restart's pass")
+
+	// One delta file with a page of a and a page of b spans the ranges of
+	// a's other pages; only the two ranges with its keys are rewritten.
+	var ws []PageWrite
+	for _, r := range []pg.RelTag{a, b} {
+		ws = append(ws, PageWrite{Page: r.Page(0), W: 500, Data: page(8)})
+		want[r.Page(0)] = page(8)
+	}
+	if _, err := tl.PutPages(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l5 := pass()
+	if fifth, size := images(l5); len(fifth) == 0 || size > 2*(8+1)*pg.BlockSize+8192 {
+		t.Fatalf("two pages far apart in one delta file rewrote %d files, %d bytes; want their two ranges", len(fifth), size)
+	}
+	check("after the spanning delta's pass")
 }
