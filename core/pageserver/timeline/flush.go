@@ -339,14 +339,30 @@ func (t *Timeline) Compact(ctx context.Context, force bool) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.RLock()
-	var l0 []*handle
+	var l0, images []*handle
 	for _, h := range t.layers.All() {
 		if h.desc.IsDelta() && h.desc.Level == 0 {
 			l0 = append(l0, h)
 		}
+		if !h.desc.IsDelta() {
+			images = append(images, h)
+		}
 	}
 	cutoff := t.gcCutoff
 	t.mu.RUnlock()
+	// Output files do not cross the ranges of the newest image files: an
+	// L1 file that held keys of two ranges would span the ranges between
+	// them, and GC could not drop it until those, unchanged, were
+	// rewritten too (image passes rewrite the changed ranges only).
+	var bounds []keyspace.Key
+	if front := imageFrontier(images); front != nil {
+		for _, f := range front[1:] {
+			bounds = append(bounds, f.desc.Keys.Start)
+		}
+	}
+	rangeOf := func(k keyspace.Key) int {
+		return sort.Search(len(bounds), func(i int) bool { return k.Less(bounds[i]) })
+	}
 	if len(l0) < 2 || (!force && len(l0) < t.opts.CompactionThreshold) {
 		return nil
 	}
@@ -376,6 +392,13 @@ func (t *Timeline) Compact(ctx context.Context, force bool) error {
 	var hs []*handle
 	var group []layer.Version
 	flushGroup := func() error {
+		if iw.w != nil && iw.w.Count() > 0 && rangeOf(iw.start) != rangeOf(group[0].Key) {
+			h, err := iw.finish(keyspace.MaxKey)
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
 		for _, v := range dropHidden(group, cutoff) {
 			if err := iw.add(&v); err != nil {
 				return err
@@ -622,7 +645,11 @@ func (t *Timeline) gcCutoffNow() pg.LSN {
 // GC raises the GC cutoff as retention allows and deletes the layer files
 // that no read at or above the cutoff needs: a layer wholly below the
 // cutoff with image layers newer than it (and at or below the cutoff)
-// covering its whole key range. It returns the number of layers removed.
+// covering its whole key range. An image layer at the LSN of a layer's
+// newest versions is newer if it was made after them (imageHides): the
+// last delta layer flushed before an image pass ends at the pass's LSN,
+// and once passes rewrite only the changed key ranges, no later pass may
+// rewrite all of its range. It returns the number of layers removed.
 func (t *Timeline) GC(ctx context.Context) (int, error) {
 	cutoff := t.gcCutoffNow()
 	t.flushMu.Lock()
@@ -646,7 +673,7 @@ func (t *Timeline) GC(ctx context.Context) (int, error) {
 		}
 		var cover []keyspace.Range
 		for _, im := range images {
-			if im != h && im.desc.LSNStart >= h.desc.LSNEnd && im.desc.Keys.Overlaps(h.desc.Keys) {
+			if im != h && im.desc.Name != h.desc.Name && imageHides(im.desc, h.desc) && im.desc.Keys.Overlaps(h.desc.Keys) {
 				cover = append(cover, im.desc.Keys)
 			}
 		}

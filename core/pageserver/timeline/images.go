@@ -75,14 +75,11 @@ func (t *Timeline) planImages(ctx context.Context, lsn pg.LSN, drops map[pg.RelT
 	}
 	// An image at or above lsn is already what a pass at lsn would write:
 	// only older ones can be behind.
-	behind := func(f *handle, above pg.LSN, keys keyspace.Range) bool {
-		return f.desc.LSNStart < lsn && above > f.desc.LSNStart && keys.Overlaps(f.desc.Keys)
-	}
 	dirty := make([]bool, len(front))
 	for _, d := range deltas {
 		counted := false
 		for i, f := range front {
-			if behind(f, d.desc.LSNEnd-1, d.desc.Keys) && d.hasKeyIn(ctx, f.desc.Keys) {
+			if f.desc.LSNStart < lsn && !imageHides(f.desc, d.desc) && d.desc.Keys.Overlaps(f.desc.Keys) && d.hasKeyIn(ctx, f.desc.Keys) {
 				dirty[i] = true
 				if !counted {
 					p.deltas++
@@ -94,7 +91,7 @@ func (t *Timeline) planImages(ctx context.Context, lsn pg.LSN, drops map[pg.RelT
 	}
 	for rel, at := range drops {
 		for i, f := range front {
-			if behind(f, at, keyspace.RelRange(rel)) {
+			if f.desc.LSNStart < lsn && at > f.desc.LSNStart && keyspace.RelRange(rel).Overlaps(f.desc.Keys) {
 				dirty[i] = true
 			}
 		}
@@ -114,6 +111,16 @@ func (t *Timeline) planImages(ctx context.Context, lsn pg.LSN, drops map[pg.RelT
 		}
 	}
 	return p
+}
+
+// imageHides reports whether image file im holds, for each key of its
+// range, a version newer than every version of file d there: d's are all
+// below im's LSN, or at it and stored before the image was made (a
+// smaller Seq; a write raised to the image's LSN after it has a larger
+// one). An image file with no keys has no Seq and hides only what is
+// below its LSN.
+func imageHides(im, d layer.Desc) bool {
+	return im.LSNStart >= d.LSNEnd || (im.LSNStart+1 == d.LSNEnd && im.MaxSeq > d.MaxSeq)
 }
 
 // hasKeyIn reports whether the layer holds a key in r. A delta layer's
@@ -203,11 +210,11 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 	t.writeMu.Unlock()
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
-	dropped, stored, err := t.droppedRels(ctx, lsn)
+	dropped, err := t.droppedRels(ctx, lsn)
 	if err != nil {
 		return err
 	}
-	plan := t.planImages(ctx, lsn, stored)
+	plan := t.planImages(ctx, lsn, dropped)
 	// Stream: one key materialized at a time, files rolled over at the
 	// target size at a key boundary; each range's files tile the range.
 	var hs []*handle
@@ -223,12 +230,10 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 			// it does not exist at lsn. Before, every image layer copied
 			// such pages again, and GC could never let them go.
 			//
-			// Strictly below: once an image layer was made after the drop,
-			// the size key reads as a tombstone at that image's LSN, not
-			// the drop's, and the pages that image kept carry the same
-			// LSN. A page written at or after the drop (Postgres does not,
-			// without creating the fork again; the model test does) stays,
-			// and so do the rare pages written at the drop's very LSN.
+			// Strictly below: a page written at or after the drop
+			// (Postgres does not, without creating the fork again; the
+			// model test does) stays, and so do the rare pages written at
+			// the drop's very LSN.
 			if at, ok := dropped[k.Rel()]; ok && cs[0].v.LSN < at {
 				skipped++
 				return nil
@@ -281,15 +286,18 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 }
 
 // droppedRels returns the relation forks dropped (DropRel: a tombstone of
-// the size key) at or below lsn, with the LSN of the last drop (or of the
-// first image layer after it, which holds no size key): a page whose
+// the size key) at or below lsn whose drop is still a stored version, not
+// yet below an image of the size key, with the drop's LSN: a page whose
 // newest version is below it belongs to a dropped incarnation (the fork
-// may have been created again since, under the same number). stored has
-// the drops whose tombstone is still a stored version, not yet below an
-// image of the size key, with the tombstone's own LSN.
-func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (all, stored map[pg.RelTag]pg.LSN, err error) {
-	all, stored = map[pg.RelTag]pg.LSN{}, map[pg.RelTag]pg.LSN{}
-	err = t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
+// may have been created again since, under the same number). The first
+// pass after the drop rewrites every range with such pages (planImages)
+// and leaves them out; after it the size key reads as a tombstone at that
+// image's LSN, which says nothing of the pages: those left are newer than
+// the drop, and a range the pass did not rewrite holds pages older than
+// that image's LSN that are not of a dropped incarnation.
+func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (map[pg.RelTag]pg.LSN, error) {
+	out := map[pg.RelTag]pg.LSN{}
+	err := t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
 		if !k.IsRelSize() {
 			return nil
 		}
@@ -299,13 +307,10 @@ func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (all, stored map
 		}
 		// Newest first, ending at a base: a tombstone is one, so the last
 		// drop, if any, is the last candidate.
-		if n := len(cs); n > 0 && cs[n-1].v.Kind == layer.Tombstone {
-			all[k.Rel()] = cs[n-1].v.LSN
-			if !cs[n-1].absent {
-				stored[k.Rel()] = cs[n-1].v.LSN
-			}
+		if n := len(cs); n > 0 && cs[n-1].v.Kind == layer.Tombstone && !cs[n-1].absent {
+			out[k.Rel()] = cs[n-1].v.LSN
 		}
 		return nil
 	})
-	return all, stored, err
+	return out, err
 }

@@ -194,22 +194,68 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 	}
 	check("after the restart's pass")
 
-	// One delta file with a page of a and a page of b spans the ranges of
-	// a's other pages; only the two ranges with its keys are rewritten.
-	var ws []PageWrite
-	for _, r := range []pg.RelTag{a, b} {
-		ws = append(ws, PageWrite{Page: r.Page(0), W: 500, Data: page(8)})
-		want[r.Page(0)] = page(8)
+	// Delta files with a page of a and a page of b span the ranges of a's
+	// other pages; only the two ranges with their keys are rewritten.
+	// Compaction splits its output at the image ranges, so that GC can
+	// drop it once those two are rewritten.
+	for w := pg.LSN(500); w <= 510; w += 10 {
+		var ws []PageWrite
+		for _, r := range []pg.RelTag{a, b} {
+			ws = append(ws, PageWrite{Page: r.Page(0), W: w, Data: page(byte(w))})
+			want[r.Page(0)] = page(byte(w))
+		}
+		if _, err := tl.PutPages(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := tl.PutPages(ctx, ws); err != nil {
+	if err := tl.Compact(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.Flush(ctx); err != nil {
-		t.Fatal(err)
+	front := imageFrontier(func() (hs []*handle) {
+		for _, h := range tl.layers.All() {
+			if !h.desc.IsDelta() {
+				hs = append(hs, h)
+			}
+		}
+		return hs
+	}())
+	for _, d := range tl.Layers() {
+		if !d.IsDelta() {
+			continue
+		}
+		in := false
+		for _, f := range front {
+			in = in || f.desc.Keys.Covers(d.Keys)
+		}
+		if !in {
+			t.Fatalf("delta file %s (level %d) crosses the image ranges", d.Keys, d.Level)
+		}
 	}
 	l5 := pass()
-	if fifth, size := images(l5); len(fifth) == 0 || size > 2*(8+1)*pg.BlockSize+8192 {
-		t.Fatalf("two pages far apart in one delta file rewrote %d files, %d bytes; want their two ranges", len(fifth), size)
+	// Their two ranges, and b's last: the delta of block 63, at the LSN of
+	// the last pass (which hides it, but GC keeps what is at the cutoff),
+	// went into the compaction's output with the newer ones.
+	if fifth, size := images(l5); len(fifth) == 0 || size > 3*(8+1)*pg.BlockSize+8192 {
+		t.Fatalf("two pages far apart in delta files rewrote %d files, %d bytes; want their two ranges (and b's last)", len(fifth), size)
 	}
-	check("after the spanning delta's pass")
+	// What is left of the delta files (at the cutoff, which GC keeps) is
+	// hidden by the new images: GC drops it once the cutoff moves on.
+	for _, d := range tl.Layers() {
+		if !d.IsDelta() {
+			continue
+		}
+		var cover []keyspace.Range
+		for _, im := range tl.Layers() {
+			if !im.IsDelta() && imageHides(im, d) && im.Keys.Overlaps(d.Keys) {
+				cover = append(cover, im.Keys)
+			}
+		}
+		if !covers(cover, d.Keys) {
+			t.Fatalf("delta file %s [%s, %s) is not hidden by the images after the pass", d.Keys, d.LSNStart, d.LSNEnd)
+		}
+	}
+	check("after the spanning deltas' pass")
 }
