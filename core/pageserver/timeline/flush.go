@@ -350,6 +350,9 @@ func (t *Timeline) Compact(ctx context.Context, force bool) error {
 	}
 	cutoff := t.gcCutoff
 	t.mu.RUnlock()
+	if len(l0) < 2 || (!force && len(l0) < t.opts.CompactionThreshold) {
+		return nil
+	}
 	// Output files do not cross the ranges of the newest image files: an
 	// L1 file that held keys of two ranges would span the ranges between
 	// them, and GC could not drop it until those, unchanged, were
@@ -362,9 +365,6 @@ func (t *Timeline) Compact(ctx context.Context, force bool) error {
 	}
 	rangeOf := func(k keyspace.Key) int {
 		return sort.Search(len(bounds), func(i int) bool { return k.Less(bounds[i]) })
-	}
-	if len(l0) < 2 || (!force && len(l0) < t.opts.CompactionThreshold) {
-		return nil
 	}
 	lsnStart, lsnEnd := ^pg.LSN(0), pg.LSN(0)
 	var rs []*layer.Reader
