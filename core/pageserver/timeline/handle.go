@@ -35,6 +35,12 @@ type handle struct {
 	gone     bool
 
 	lastUse atomic.Int64
+
+	// keysIn remembers hasKeyIn's answers: the file never changes, and the
+	// image plan asks the same question of each delta file every
+	// background round.
+	keysMu sync.Mutex
+	keysIn map[keyspace.Range]bool
 }
 
 func (t *Timeline) newHandle(d layer.Desc) *handle {

@@ -127,18 +127,33 @@ func imageHides(im, d layer.Desc) bool {
 // declared range is that of its keys, but one flushed from writes all
 // over the key space (catalog pages and a hot table) spans what lies
 // between them: only its keys make a range changed. If the file cannot be
-// read it is taken to have one.
+// read it is taken to have one. The answer is remembered, so that a file
+// is opened (and, if evicted, downloaded) once per range, not at every
+// plan.
 func (h *handle) hasKeyIn(ctx context.Context, r keyspace.Range) bool {
 	if r.Covers(h.desc.Keys) {
 		return true
+	}
+	h.keysMu.Lock()
+	has, ok := h.keysIn[r]
+	h.keysMu.Unlock()
+	if ok {
+		return has
 	}
 	lr, err := h.acquire(ctx)
 	if err != nil {
 		return true
 	}
-	defer h.release()
 	i := lr.Seek(r.Start)
-	return i < lr.Len() && lr.Entry(i).Key.Less(r.End)
+	has = i < lr.Len() && lr.Entry(i).Key.Less(r.End)
+	h.release()
+	h.keysMu.Lock()
+	if h.keysIn == nil {
+		h.keysIn = map[keyspace.Range]bool{}
+	}
+	h.keysIn[r] = has
+	h.keysMu.Unlock()
+	return has
 }
 
 // imageFrontier returns the image files that no newer image file overlaps,

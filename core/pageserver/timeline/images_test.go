@@ -10,6 +10,8 @@ import (
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -258,4 +260,78 @@ func TestImagePassRewritesChangedRanges(t *testing.T) {
 		}
 	}
 	check("after the spanning deltas' pass")
+}
+
+// TestImagePlanRemembersDeltaKeys: the image plan looks inside a delta
+// file whose range merely spans an image range, and it runs at every
+// background round; it looks once per file and range, so an evicted delta
+// file is not downloaded again by the next plan (which would also keep it
+// from ever staying evicted).
+func TestImagePlanRemembersDeltaKeys(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	o := smallOpts()
+	o.LayerTargetSize = 8 * pg.BlockSize
+	remote := &manifest.Remote{Store: objectstore.NewMemory()}
+	tl, err := Open(ctx, pg.TimelineID{0x1B}, t.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit, Remote: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { tl.Close() }()
+	a := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	b := pg.RelTag{Spc: 1663, DB: 5, Rel: 16386}
+	put := func(w pg.LSN, pages ...pg.PageKey) {
+		t.Helper()
+		var ws []PageWrite
+		for _, pk := range pages {
+			ws = append(ws, PageWrite{Page: pk, W: w, Data: page(byte(w))})
+		}
+		if _, err := tl.PutPages(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := tl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for blk := uint32(0); blk < 64; blk++ {
+		put(100, a.Page(blk), b.Page(blk))
+	}
+	if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tl.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// One delta file with a's first page and b's last spans a's other
+	// ranges.
+	put(200, a.Page(0), b.Page(63))
+	if err := tl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evictAll := func() {
+		t.Helper()
+		tl.opts.MaxLocalBytes = 1
+		tl.EvictCold()
+		if n := tl.LocalBytes(); n != 0 {
+			t.Fatalf("%d bytes left after eviction", n)
+		}
+	}
+	evictAll()
+	lsn := tl.LSNs().Durable
+	first := tl.planImages(ctx, lsn, nil)
+	if first.full || first.rewrite != 2 || first.deltas != 1 {
+		t.Fatalf("plan %+v: want the two ranges of the two pages, one delta file", first)
+	}
+	if tl.LocalBytes() == 0 {
+		t.Fatal("the first plan did not read the delta file: the test does not test what it means to")
+	}
+	evictAll()
+	again := tl.planImages(ctx, lsn, nil)
+	if n := tl.LocalBytes(); n != 0 {
+		t.Fatalf("the second plan fetched %d bytes again", n)
+	}
+	if again.rewrite != first.rewrite || again.deltas != first.deltas || again.imageBytes != first.imageBytes || len(again.ranges) != len(first.ranges) {
+		t.Fatalf("second plan %+v differs from the first %+v", again, first)
+	}
 }
