@@ -2,6 +2,7 @@ package timeline
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -249,5 +250,84 @@ func BenchmarkPutPagesCommitBehind(b *testing.B) {
 	// Each write is pending, and so is each size change.
 	if n := tl.PendingCount(); n < b.N {
 		b.Fatalf("%d pending versions after %d writes above the commit LSN", n, b.N)
+	}
+}
+
+// BenchmarkImagePlan measures the image plan, which the background loop
+// runs every round, with many delta files above the images: each holds a
+// page of the first relation and one of the last, so its range spans
+// every image range and the plan must look inside it for each. "first"
+// forgets what earlier plans learnt before each one (every delta file is
+// searched once per image range); "again" is every later round.
+func BenchmarkImagePlan(b *testing.B) {
+	for _, deltas := range []int{100, 1000} {
+		for _, again := range []bool{false, true} {
+			name := fmt.Sprintf("deltas=%d/first", deltas)
+			if again {
+				name = fmt.Sprintf("deltas=%d/again", deltas)
+			}
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				commit := &CommitLSN{}
+				commit.Set(1 << 60)
+				o := smallOpts()
+				o.CheckpointDistance = 1 << 40
+				o.LayerTargetSize = 8 << 20
+				o.CompactionThreshold = 1 << 30
+				tl, err := Open(ctx, pg.TimelineID{0xBE}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tl.Close()
+				data := make([]byte, pg.BlockSize)
+				lsn := pg.LSN(0)
+				key := func(r, blk int) keyspace.Key {
+					return keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: uint32(16384 + r), Block: uint32(blk)})
+				}
+				ingest := func(cs []Change) {
+					if err := tl.Ingest(ctx, cs, lsn); err != nil {
+						b.Fatal(err)
+					}
+					if err := tl.Flush(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for r := 0; r < 40; r++ {
+					var cs []Change
+					for blk := 0; blk < 500; blk++ {
+						lsn++
+						cs = append(cs, Change{Key: key(r, blk), LSN: lsn, Kind: layer.Image, Data: data})
+					}
+					ingest(cs)
+				}
+				if err := tl.CreateImageLayer(ctx, lsn); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < deltas; i++ {
+					lsn += 2
+					ingest([]Change{
+						{Key: key(0, i%500), LSN: lsn - 1, Kind: layer.Image, Data: data},
+						{Key: key(39, i%500), LSN: lsn, Kind: layer.Image, Data: data},
+					})
+				}
+				var p imagePlan
+				p = tl.planImages(ctx, lsn, nil)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if !again {
+						b.StopTimer()
+						for _, h := range tl.layers.All() {
+							h.keysIn = nil
+						}
+						b.StartTimer()
+					}
+					p = tl.planImages(ctx, lsn, nil)
+				}
+				if p.full || p.deltas != deltas || p.rewrite != 2 {
+					b.Fatalf("plan %+v: want %d delta files and the two ranges of their pages", p, deltas)
+				}
+				b.ReportMetric(float64(p.partitions), "image-files")
+			})
+		}
 	}
 }

@@ -79,6 +79,9 @@ func (t *Timeline) planImages(ctx context.Context, lsn pg.LSN, drops map[pg.RelT
 	for _, d := range deltas {
 		counted := false
 		for i, f := range front {
+			if counted && dirty[i] {
+				continue // nothing left to learn from d here
+			}
 			if f.desc.LSNStart < lsn && !imageHides(f.desc, d.desc) && d.desc.Keys.Overlaps(f.desc.Keys) && d.hasKeyIn(ctx, f.desc.Keys) {
 				dirty[i] = true
 				if !counted {
