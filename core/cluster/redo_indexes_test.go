@@ -32,8 +32,9 @@ CREATE OPERATOR CLASS strata_other_box DEFAULT FOR TYPE box USING strata_other A
 // a GiST split NSN misread made an index scan return 29,933 rows of
 // 20,000). The compute agent's
 // event trigger refuses an index of a method it does not know (CREATE
-// INDEX, ALTER TABLE ... EXCLUDE), in the databases there at the start and
-// in one created from template1 later; a guard function from an older
+// INDEX, ALTER TABLE ... EXCLUDE), in the databases there at the start, in
+// one created from template1 later and (within seconds) in one created
+// from template0; a guard function from an older
 // strata is brought up to date at the next start, and a guard the
 // operator disabled stays disabled.
 func TestRedoIndexMethods(t *testing.T) {
@@ -60,6 +61,23 @@ func TestRedoIndexMethods(t *testing.T) {
 	exec1(t, ctx, later, otherAM)
 	if err := tryExec(ctx, later, "CREATE INDEX ON h USING strata_other (c)"); err == nil || !strings.Contains(err.Error(), "strata_other indexes") {
 		t.Fatalf("an index of an unknown method in a database created after the start: %v, want the guard's refusal", err)
+	}
+	// A database created from template0 has no guard; the agent installs
+	// one within its check interval (10 s).
+	exec1(t, ctx, url, "CREATE DATABASE bare TEMPLATE template0")
+	bare := strings.Replace(url, "/postgres?", "/bare?", 1)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if queryString(t, ctx, bare, "SELECT count(*)::text FROM pg_event_trigger WHERE evtname = 'strata_redo_index_guard'") == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a database created from template0 has no redo index guard 30 s later")
+		}
+	}
+	exec1(t, ctx, bare, "CREATE TABLE h (id int, c box)")
+	exec1(t, ctx, bare, otherAM)
+	if err := tryExec(ctx, bare, "CREATE INDEX ON h USING strata_other (c)"); err == nil || !strings.Contains(err.Error(), "strata_other indexes") {
+		t.Fatalf("an index of an unknown method in a database created from template0: %v, want the guard's refusal", err)
 	}
 	exec1(t, ctx, url, "CREATE EXTENSION bloom")
 	// pgvector's indexes (generic WAL), where pgvector is installed: it is

@@ -254,9 +254,11 @@ type Agent struct {
 	sizing sharedbuffers.Sizing
 	waits  *cache.Waits // the LFC's waits (lock, read, write)
 	adv    *advisorHost // compute.cache.advisor (nil: none)
-	uid    int
-	gid    int
-	born   time.Time
+	// guarded: the databases the redo index guard was seen to (redo mode)
+	guarded redoGuarded
+	uid     int
+	gid     int
+	born    time.Time
 
 	mu        sync.Mutex
 	state     string
@@ -484,6 +486,9 @@ func (a *Agent) Run(ctx context.Context, ready func(url string)) error {
 		joined := make(chan struct{})
 		go func() { defer close(joined); a.joinLate(jctx) }()
 		go a.stopOnLost(jctx)
+		if a.cfg.PageSource == PageSourceRedo {
+			go a.watchRedoGuard(jctx)
+		}
 		warmed := make(chan struct{})
 		go func() { defer close(warmed); a.pw.run(jctx, a.currentFS()) }()
 		if a.adv != nil {
@@ -734,7 +739,7 @@ func (a *Agent) start(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.PageSource == PageSourceRedo {
-		a.ensureRedoGuard(ctx)
+		a.ensureRedoGuard(ctx, false)
 	}
 	// Once a quorum of safekeepers streams, fsync waits for durability
 	// (invariant 2). Not before: the safekeepers' first connection creates

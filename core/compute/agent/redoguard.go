@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -52,43 +54,114 @@ LANGUAGE plpgsql AS $guard$` + redoGuardBody + `$guard$;`
 // redoGuardTrigger creates the event trigger.
 const redoGuardTrigger = `CREATE EVENT TRIGGER ` + redoGuardName + ` ON ddl_command_end EXECUTE FUNCTION pg_catalog.` + redoGuardName + `();`
 
+// redoGuardEvery is how often the agent looks for databases created since
+// its last look (one made from template0 has no guard).
+const redoGuardEvery = 10 * time.Second
+
+// redoGuarded remembers, by database OID, the databases the agent saw to
+// (the guard installed or there) and those it failed to (logged once).
+type redoGuarded struct {
+	mu     sync.Mutex
+	done   map[uint32]bool
+	failed map[uint32]bool
+}
+
+func (g *redoGuarded) seen(oid uint32) (done, failed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.done[oid], g.failed[oid]
+}
+
+func (g *redoGuarded) mark(oid uint32, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done == nil {
+		g.done, g.failed = map[uint32]bool{}, map[uint32]bool{}
+	}
+	if ok {
+		g.done[oid] = true
+	} else {
+		g.failed[oid] = true
+	}
+}
+
 // ensureRedoGuard installs the index guard in every database that accepts
 // connections and has none (template1's copy reaches the databases created
-// from it later; one created from template0 gets it at the next start). A
-// guard an operator disabled (ALTER EVENT TRIGGER ... DISABLE) stays
-// disabled. Indexes of other types already there are logged: their pages
-// cannot be read back from the pageserver once the compute evicts them.
-// A database the agent cannot reach is logged and skipped: the guard is a
-// safety net, not a reason to keep Postgres from serving.
-func (a *Agent) ensureRedoGuard(ctx context.Context) {
+// from it later; one created from template0 gets it from watchRedoGuard
+// within redoGuardEvery). A guard an operator disabled (ALTER EVENT
+// TRIGGER ... DISABLE) stays disabled. Indexes of other types already there
+// are logged: their pages cannot be read back from the pageserver once the
+// compute evicts them. A database the agent cannot reach is logged (once)
+// and skipped: the guard is a safety net, not a reason to keep Postgres
+// from serving. With onlyNew, databases already seen to since the agent
+// started are left alone.
+func (a *Agent) ensureRedoGuard(ctx context.Context, onlyNew bool) {
 	conn, err := pgx.Connect(ctx, a.socketConn())
 	if err != nil {
-		a.log.Warn().Err(err).Msg("redo index guard: listing the databases")
+		if !onlyNew {
+			a.log.Warn().Err(err).Msg("redo index guard: listing the databases")
+		}
 		return
 	}
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
-	var dbs []string
+	type db struct {
+		oid  uint32
+		name string
+	}
+	rows, err := conn.Query(ctx, "SELECT oid, datname FROM pg_database WHERE datallowconn ORDER BY datname")
+	var dbs []db
 	if err == nil {
-		dbs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		dbs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (d db, err error) {
+			err = r.Scan(&d.oid, &d.name)
+			return d, err
+		})
 	}
 	conn.Close(ctx)
 	if err != nil {
-		a.log.Warn().Err(err).Msg("redo index guard: listing the databases")
+		if !onlyNew {
+			a.log.Warn().Err(err).Msg("redo index guard: listing the databases")
+		}
 		return
 	}
-	for _, db := range dbs {
-		installed, unsupported, err := a.redoGuardDB(ctx, db)
-		if err != nil {
-			a.log.Warn().Err(err).Str("database", db).Msg("redo index guard not installed")
+	g := &a.guarded
+	for _, d := range dbs {
+		done, failed := g.seen(d.oid)
+		if onlyNew && done {
 			continue
 		}
+		installed, unsupported, err := a.redoGuardDB(ctx, d.name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !failed {
+				a.log.Warn().Err(err).Str("database", d.name).Dur("retry_every", redoGuardEvery).Msg("redo index guard not installed (tried again, not logged again)")
+			}
+			g.mark(d.oid, false)
+			continue
+		}
+		g.mark(d.oid, true)
 		if installed {
-			a.log.Info().Str("database", db).Msg("redo index guard installed: CREATE INDEX of a method whose WAL strata does not replay fails")
+			a.log.Info().Str("database", d.name).Msg("redo index guard installed: CREATE INDEX of a method whose WAL strata does not replay fails")
 		}
 		if len(unsupported) > 0 {
-			a.log.Warn().Str("database", db).Strs("indexes", unsupported).
+			a.log.Warn().Str("database", d.name).Strs("indexes", unsupported).
 				Msg("indexes the redo engine cannot rebuild from WAL: reading their pages from the pageserver fails; drop them or run in writeback mode")
 		}
+	}
+}
+
+// watchRedoGuard installs the guard in databases created while Postgres
+// runs, every redoGuardEvery, until ctx ends.
+func (a *Agent) watchRedoGuard(ctx context.Context) {
+	t := time.NewTicker(redoGuardEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.ensureRedoGuard(ctx, true)
 	}
 }
 
