@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -149,6 +150,15 @@ func testKeys() []keyspace.Key {
 	return ks
 }
 
+// abandon is what a kill -9 leaves of tl: nothing is written or synced,
+// and the process's mappings of its layer files go (a long model run
+// would otherwise keep every abandoned instance's files mapped).
+func abandon(tl *Timeline) {
+	for _, h := range tl.layers.All() {
+		h.close()
+	}
+}
+
 func smallOpts() Options {
 	return Options{
 		CheckpointDistance: 16 << 10, CheckpointLSNDistance: 1 << 40, CheckpointTimeout: time.Hour,
@@ -170,6 +180,13 @@ func TestModelRandomized(t *testing.T) {
 	if os.Getenv("STRATA_LONG_TESTS") == "1" {
 		seeds = []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 		steps = 3000
+	}
+	// STRATA_MODEL_SEEDS=n runs seeds 1 to n (a soak).
+	if n, err := strconv.Atoi(os.Getenv("STRATA_MODEL_SEEDS")); err == nil && n > 0 {
+		seeds = nil
+		for s := int64(1); s <= int64(n); s++ {
+			seeds = append(seeds, s)
+		}
 	}
 	left := 0
 	for _, seed := range seeds {
@@ -347,6 +364,7 @@ func runModel(t *testing.T, seed int64, steps int) int {
 			// not yet released are lost.
 			what = "crash"
 			m.forget(func(v mver) bool { return v.lsn > released })
+			abandon(tl)
 			tl = open()
 		case op < 98:
 			what = "restart"
