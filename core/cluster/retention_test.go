@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/internal/doccheck"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -23,8 +24,10 @@ func TestStorageRetention(t *testing.T) {
 	// compute agent's line of `strata status` and the disk-free gauges are
 	// checked on a real cluster too.
 	metrics := consecutiveFree(t, 5)
+	// The lfc strategy, so that the LFC's metrics are checked too.
 	c, cfg := newTestClusterEdited(t, func(y string) string {
 		y = strings.Replace(y, "metrics_port: 0", "metrics_port: "+itoa(metrics), 1)
+		y = strings.Replace(y, "compute:\n", "compute:\n  cache:\n    strategy: lfc\n", 1)
 		return y + "storage:\n  pitr: 2s\n  gc_horizon: 1MiB\n  image_layer_bytes: 8MiB\n"
 	})
 	if cfg.Cluster.MetricsPort != metrics {
@@ -120,6 +123,28 @@ func TestStorageRetention(t *testing.T) {
 	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM filler"); n != "100000" {
 		t.Fatalf("filler has %s rows, want 100000", n)
 	}
+	// Every metric the servers export is in docs/metrics.md, with its type
+	// and labels; the LFC's own counters are exported.
+	docs, err := doccheck.Metrics("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for i := 0; i < 5; i++ {
+		fams, problems := doccheck.CheckExposition(httpGet(t, ctx, "http://127.0.0.1:"+itoa(metrics+i)+"/metrics"), docs)
+		for _, p := range problems {
+			t.Errorf("port %d: %s", metrics+i, p)
+		}
+		for _, f := range fams {
+			exported[f] = true
+		}
+	}
+	for _, f := range []string{"strata_safekeeper_fsync_seconds", "strata_pageserver_layers", "strata_compute_fuse_ops_total", "strata_lfc_hits_total", "strata_lfc_capacity_bytes", "strata_objectstore_operations_total"} {
+		if !exported[f] {
+			t.Errorf("no server exports %s", f)
+		}
+	}
+	t.Logf("%d strata metric families exported, each documented", len(exported))
 }
 
 func httpGet(t *testing.T, ctx context.Context, url string) string {

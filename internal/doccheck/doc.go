@@ -1,13 +1,16 @@
 // Package doccheck finds the examples in the README and docs/ that tests
 // check against the code (config keys in core/config, command lines in
-// cmd/strata, the plugin guide's Go code here), so that a change that
+// cmd/strata, the plugin guide's Go code here, the metrics reference
+// here and in core/cluster), so that a change that
 // breaks an example fails the build instead of a reader.
 package doccheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -59,4 +62,87 @@ func quoteAll(ss []string) []string {
 		out[i] = regexp.QuoteMeta(s)
 	}
 	return out
+}
+
+// Metric is a row of docs/metrics.md's tables.
+type Metric struct {
+	Name   string
+	Type   string   // counter, gauge, histogram
+	Labels []string // sorted
+}
+
+var metricRow = regexp.MustCompile("(?m)^\\| `(strata_[a-z0-9_]+)` \\| ([a-z]+) \\|([a-z_, ]*)\\|")
+
+// Metrics returns the metrics docs/metrics.md documents, by name.
+func Metrics(root string) (map[string]Metric, error) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "metrics.md"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Metric{}
+	for _, m := range metricRow.FindAllStringSubmatch(string(b), -1) {
+		if _, dup := out[m[1]]; dup {
+			return nil, fmt.Errorf("docs/metrics.md: %s documented twice", m[1])
+		}
+		var labels []string
+		for _, l := range strings.Split(m[3], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		sort.Strings(labels)
+		out[m[1]] = Metric{Name: m[1], Type: m[2], Labels: labels}
+	}
+	return out, nil
+}
+
+var (
+	typeLine   = regexp.MustCompile(`(?m)^# TYPE (strata_[a-z0-9_]+) ([a-z]+)$`)
+	sampleLine = regexp.MustCompile(`(?m)^(strata_[a-z0-9_]+)(?:\{([^}]*)\})? `)
+	labelName  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="`)
+)
+
+// CheckExposition compares a /metrics body with the documented metrics:
+// every strata_* family in it must be documented, with its type and its
+// label names. It returns the families found and one line per mismatch.
+func CheckExposition(body string, docs map[string]Metric) (families []string, problems []string) {
+	types := map[string]string{}
+	for _, m := range typeLine.FindAllStringSubmatch(body, -1) {
+		types[m[1]] = m[2]
+		families = append(families, m[1])
+		d, ok := docs[m[1]]
+		switch {
+		case !ok:
+			problems = append(problems, m[1]+" is exported but not documented in docs/metrics.md")
+		case d.Type != m[2]:
+			problems = append(problems, fmt.Sprintf("%s is a %s, documented as a %s", m[1], m[2], d.Type))
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range sampleLine.FindAllStringSubmatch(body, -1) {
+		name := m[1]
+		if _, ok := types[name]; !ok {
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if base := strings.TrimSuffix(name, suf); base != name && types[base] == "histogram" {
+					name = base
+				}
+			}
+		}
+		d, ok := docs[name]
+		if !ok || seen[name] {
+			continue
+		}
+		seen[name] = true
+		var got []string
+		for _, l := range labelName.FindAllStringSubmatch(m[2], -1) {
+			if l[1] != "le" {
+				got = append(got, l[1])
+			}
+		}
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(d.Labels, ",") {
+			problems = append(problems, fmt.Sprintf("%s has labels [%s], documented [%s]", name, strings.Join(got, ", "), strings.Join(d.Labels, ", ")))
+		}
+	}
+	return families, problems
 }

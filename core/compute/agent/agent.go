@@ -342,6 +342,14 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.pw = newPrewarmer(a)
 	collectors := []prometheus.Collector{waits.Collector(), fsCollector{a}, agentCollector{a}, a.pw.pages}
+	if cfg.Cache.Strategy == StrategyLFC {
+		// The LFC of the current start (a new one at each start).
+		collectors = append(collectors, lfc.Collector(func() *lfc.Cache {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return a.lfc
+		}))
+	}
 	if cfg.Cache.Advisor != nil {
 		a.adv = newAdvisorHost(*cfg.Cache.Advisor, cfg.Log)
 		collectors = append(collectors, a.adv.calls)

@@ -518,19 +518,19 @@ type Metrics struct {
 // NewMetrics returns counters registered in reg (nil: unregistered).
 func NewMetrics(reg *prometheus.Registry) *Metrics {
 	c := func(name, help string) prometheus.Counter {
-		ctr := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "strata", Subsystem: "redobackend", Name: name, Help: help})
+		ctr := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 		if reg != nil {
 			reg.MustRegister(ctr)
 		}
 		return ctr
 	}
 	return &Metrics{
-		hits:      c("local_reads_total", "Page reads served by the local page store."),
-		fetches:   c("getpage_total", "Page reads sent to the pageserver (rebuilt from WAL)."),
-		refetches: c("getpage_at_wal_position_total", "Reads of evicted pages that the pageserver did not have at their page LSN, asked again at the compute's WAL position."),
-		zeros:     c("fresh_reads_total", "Reads of never-written blocks past a fork's known end, served as zeros."),
-		writes:    c("page_writes_total", "Page writes kept in the local page store."),
-		evictions: c("evictions_total", "Pages evicted from the local page store."),
+		hits:      c("strata_redobackend_local_reads_total", "Page reads served by the local page store."),
+		fetches:   c("strata_redobackend_getpage_total", "Page reads sent to the pageserver (rebuilt from WAL)."),
+		refetches: c("strata_redobackend_getpage_at_wal_position_total", "Reads of evicted pages that the pageserver did not have at their page LSN, asked again at the compute's WAL position."),
+		zeros:     c("strata_redobackend_fresh_reads_total", "Reads of never-written blocks past a fork's known end, served as zeros."),
+		writes:    c("strata_redobackend_page_writes_total", "Page writes kept in the local page store."),
+		evictions: c("strata_redobackend_evictions_total", "Pages evicted from the local page store."),
 	}
 }
 

@@ -171,7 +171,7 @@ func New(cfg Config, opts Options) (*Cache, error) {
 		return nil, err
 	}
 	if c.reg != nil {
-		c.collectors = append(c.collectors, statsCollector{c})
+		c.collectors = append(c.collectors, Collector(func() *Cache { return c }))
 		for i, col := range c.collectors {
 			if err := c.reg.Register(col); err != nil {
 				for _, done := range c.collectors[:i] {

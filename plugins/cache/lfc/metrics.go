@@ -14,8 +14,15 @@ var (
 	descCapacity  = prometheus.NewDesc("strata_lfc_capacity_bytes", "LFC capacity.", nil, nil)
 )
 
-// statsCollector exports Cache.Stats.
-type statsCollector struct{ c *Cache }
+// statsCollector exports the Stats of the cache that current returns.
+type statsCollector struct{ current func() *Cache }
+
+// Collector exports the statistics (strata_lfc_*) of the cache current
+// returns at each scrape, nothing while it returns nil: for an owner that
+// builds a new cache now and then (the compute agent, at each start of
+// Postgres) and registers one collector for them all. A cache built with
+// Options.Registry registers its own.
+func Collector(current func() *Cache) prometheus.Collector { return statsCollector{current} }
 
 func (s statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHits, descMisses, descPuts, descStale, descEvictions, descInvalid, descPages, descUsed, descCapacity} {
@@ -24,7 +31,11 @@ func (s statsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (s statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := s.c.Stats()
+	c := s.current()
+	if c == nil {
+		return
+	}
+	st := c.Stats()
 	counter := func(d *prometheus.Desc, v uint64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
