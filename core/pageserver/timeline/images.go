@@ -314,21 +314,21 @@ func (t *Timeline) CreateImageLayer(ctx context.Context, lsn pg.LSN) error {
 // the drop, and a range the pass did not rewrite holds pages older than
 // that image's LSN that are not of a dropped incarnation.
 func (t *Timeline) droppedRels(ctx context.Context, lsn pg.LSN) (map[pg.RelTag]pg.LSN, error) {
+	keys, err := t.relSizeKeys(ctx, keyspace.RelsRange, lsn)
+	if err != nil {
+		return nil, err
+	}
 	out := map[pg.RelTag]pg.LSN{}
-	err := t.ScanKeys(ctx, keyspace.RelsRange, lsn, func(k keyspace.Key) error {
-		if !k.IsRelSize() {
-			return nil
-		}
+	for _, k := range keys {
 		cs, _, err := t.collect(ctx, k, lsn)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// Newest first, ending at a base: a tombstone is one, so the last
 		// drop, if any, is the last candidate.
 		if n := len(cs); n > 0 && cs[n-1].v.Kind == layer.Tombstone && !cs[n-1].absent {
 			out[k.Rel()] = cs[n-1].v.LSN
 		}
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }

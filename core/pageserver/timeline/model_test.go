@@ -277,6 +277,39 @@ func runModel(t *testing.T, seed int64, steps int) int {
 				t.Fatalf("step %d (%s): %s@%s:\n got %q %v\nwant %q", step, what, k, upto, trunc(got), err, trunc(want))
 			}
 		}
+		// The size keys found by jumping from fork to fork (ListRels, the
+		// image pass's drops) are those a visit of every key finds, and
+		// ListRels gives the forks the model has.
+		upto := cut + pg.LSN(rng.Int63n(int64(maxLSN()-cut)+1))
+		if rng.Intn(4) == 0 {
+			upto = LatestLSN
+		}
+		var all []keyspace.Key
+		if err := tl.ScanKeys(ctx, keyspace.RelsRange, upto, func(k keyspace.Key) error {
+			if k.IsRelSize() {
+				all = append(all, k)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		sizes, err := tl.relSizeKeys(ctx, keyspace.RelsRange, upto)
+		if err != nil || fmt.Sprint(sizes) != fmt.Sprint(all) {
+			t.Fatalf("step %d (%s): size keys at %s: %v, %v; every key's visit finds %v", step, what, upto, sizes, err, all)
+		}
+		rels, err := tl.ListRels(ctx, keyspace.RelsRange, upto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []pg.RelTag
+		for _, k := range keys {
+			if _, ok := m.get(k, upto); ok && k.IsRelSize() {
+				want = append(want, k.Rel())
+			}
+		}
+		if fmt.Sprint(rels) != fmt.Sprint(want) {
+			t.Fatalf("step %d (%s): ListRels at %s: %v, the model has %v", step, what, upto, rels, want)
+		}
 	}
 	for step := 0; step < steps; step++ {
 		var what string

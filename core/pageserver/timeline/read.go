@@ -368,24 +368,93 @@ func (t *Timeline) scanInto(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 	return nil
 }
 
+// relSizeKeys returns, in key order, the relation size keys in r that
+// have any version at or below upto (tombstones included): ScanKeys of
+// the size keys alone. In a layer file it jumps from a relation fork's
+// first key to its size key and from there to the next fork, so that it
+// costs a few lookups per fork and file, not a visit of every page
+// version (a large database has millions).
+func (t *Timeline) relSizeKeys(ctx context.Context, r keyspace.Range, upto pg.LSN) ([]keyspace.Key, error) {
+	set := map[keyspace.Key]bool{}
+	if err := t.scanRelSizes(ctx, r, upto, set); err != nil {
+		return nil, err
+	}
+	keys := make([]keyspace.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	return keys, nil
+}
+
+func (t *Timeline) scanRelSizes(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) error {
+	t.mu.RLock()
+	for _, p := range t.pending {
+		if p.LSN <= upto && p.Key.IsRelSize() && r.Contains(p.Key) {
+			set[p.Key] = true
+		}
+	}
+	mems := append([]*layer.InMem{t.open}, t.frozen...)
+	lm := t.layers
+	t.mu.RUnlock()
+	add := func(k keyspace.Key) {
+		if k.IsRelSize() {
+			set[k] = true
+		}
+	}
+	for _, m := range mems {
+		m.Keys(r, upto, add)
+	}
+	for _, h := range lm.Overlapping(r, upto) {
+		rd, err := h.acquire(ctx)
+		if errors.Is(err, errLayerGone) {
+			continue // its versions are in the layers that replaced it
+		}
+		if err != nil {
+			return err
+		}
+		for i := rd.Seek(r.Start); i < rd.Len(); {
+			e := rd.Entry(i)
+			if !e.Key.Less(r.End) {
+				break
+			}
+			if !e.Key.IsRelSize() {
+				i = rd.Seek(keyspace.RelSize(e.Key.Rel()))
+				continue
+			}
+			// A key's entries are sorted by LSN: the first is its oldest.
+			if e.LSN <= upto {
+				set[e.Key] = true
+			}
+			i = rd.Seek(e.Key.Next())
+		}
+		h.release()
+	}
+	if a := t.d.Ancestor; a != nil {
+		return a.scanRelSizes(ctx, r, min(upto, t.d.AncestorLSN), set)
+	}
+	return nil
+}
+
 // ListRels returns the relation forks that exist at lsn in range r (use
 // keyspace.DBRange or keyspace.RelsRange).
 func (t *Timeline) ListRels(ctx context.Context, r keyspace.Range, lsn pg.LSN) ([]pg.RelTag, error) {
+	keys, err := t.relSizeKeys(ctx, r, lsn)
+	if err != nil {
+		return nil, err
+	}
 	var out []pg.RelTag
-	err := t.ScanKeys(ctx, r, lsn, func(k keyspace.Key) error {
-		if !k.IsRelSize() {
-			return nil
-		}
+	for _, k := range keys {
 		_, err := t.Get(ctx, k, lsn)
 		if errors.Is(err, ErrNotFound) {
-			return nil
+			continue
 		}
-		if err == nil {
-			out = append(out, k.Rel())
+		if err != nil {
+			return nil, err
 		}
-		return err
-	})
-	return out, err
+		out = append(out, k.Rel())
+	}
+	return out, nil
 }
 
 // DBSize returns the total size in bytes of the relations of a database.
