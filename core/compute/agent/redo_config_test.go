@@ -52,7 +52,9 @@ func TestRedoConfig(t *testing.T) {
 }
 
 // TestSettingsCommitDelay: strata's Postgres groups commits by default
-// (commit_delay, see settings), and compute.settings replaces the value.
+// (commit_delay, see settings) and makes no prefetch calls (its
+// posix_fadvise reads each block twice through the mount), and
+// compute.settings replaces the values.
 func TestSettingsCommitDelay(t *testing.T) {
 	c := Config{Pageserver: "127.0.0.1:1", Timeline: pg.TimelineID{1}, Safekeepers: []string{"a", "b", "c"},
 		Mountpoint: t.TempDir(), Scratch: t.TempDir(), Port: 5432}
@@ -62,8 +64,11 @@ func TestSettingsCommitDelay(t *testing.T) {
 	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["commit_delay"] != "200" {
 		t.Fatalf("default commit_delay %q, want 200", s["commit_delay"])
 	}
-	c.Settings = map[string]string{"commit_delay": "0"}
-	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["commit_delay"] != "0" {
-		t.Fatalf("commit_delay with compute.settings 0: %q", s["commit_delay"])
+	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["effective_io_concurrency"] != "0" || s["maintenance_io_concurrency"] != "0" {
+		t.Fatalf("default effective_io_concurrency %q, maintenance_io_concurrency %q, want 0 and 0", s["effective_io_concurrency"], s["maintenance_io_concurrency"])
+	}
+	c.Settings = map[string]string{"commit_delay": "0", "maintenance_io_concurrency": "10"}
+	if s := (&Agent{cfg: c}).settings([]string{"sk1"}); s["commit_delay"] != "0" || s["maintenance_io_concurrency"] != "10" {
+		t.Fatalf("commit_delay with compute.settings 0: %q; maintenance_io_concurrency with 10: %q", s["commit_delay"], s["maintenance_io_concurrency"])
 	}
 }

@@ -26,7 +26,8 @@ type BatchReader interface {
 // whole round trip to the pageserver per block (about 0.7 ms here, 12 MB/s
 // per reader). A reader is a process (the FUSE caller's PID) on one fork;
 // once it has read two blocks in a row (or skipped at most half a window
-// forward, over blocks it found in shared_buffers), the next window of
+// forward, over blocks it found in shared_buffers; the fetched copies of
+// the blocks it skips are dropped), the next window of
 // blocks below the fork's end is fetched in one batch, and the next batch
 // goes out when the reader is half way through the last one.
 //
@@ -158,6 +159,16 @@ func (ra *readAhead) observe(ctx context.Context, rel pg.RelTag, blk, nblocks ui
 	}
 	if blk >= r.next && blk <= r.next+ra.window/2 && r.run > 0 {
 		r.run++
+		// The blocks it skipped (found in shared_buffers, or not wanted:
+		// ANALYZE reads a sample of the blocks in order) will not be read
+		// by it: drop what was fetched of them, or unread pages fill the
+		// cap and stop the next windows.
+		for b := r.next; b < blk; b++ {
+			if _, ok := ra.pages[rel.Page(b)]; ok {
+				delete(ra.pages, rel.Page(b))
+				ra.fsys.waits.raDropped.Add(1)
+			}
+		}
 	} else {
 		r.run, r.ahead = 1, 0
 	}

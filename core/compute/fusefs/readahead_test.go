@@ -111,3 +111,48 @@ func TestReadAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAheadSparseReader: a reader that reads every third block in
+// order (as ANALYZE reads its sample) is served by the read-ahead: the
+// fetched copies of the blocks it skips are dropped at once, so unread
+// pages do not fill the cap and stop the windows that follow.
+func TestReadAheadSparseReader(t *testing.T) {
+	e := newEnv(t)
+	e.readAhead = 16
+	be := &countingBackend{Backend: NewMemory()}
+	f := e.mount(t, be, nil)
+	if err := os.MkdirAll(filepath.Join(e.mnt, "base", "5"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(filepath.Join(e.mnt, "base", "5", "16384"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	const blocks = 3000
+	for b := 0; b < blocks; b++ {
+		if _, err := fh.WriteAt(pageOf(byte(b%250+1)), int64(b)*pg.BlockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, pg.BlockSize)
+	reads := 0
+	for b := 0; b < blocks; b += 3 {
+		if _, err := fh.ReadAt(buf, int64(b)*pg.BlockSize); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, pageOf(byte(b%250+1))) {
+			t.Fatalf("block %d reads %d", b, buf[0])
+		}
+		reads++
+	}
+	fetched, used, dropped, batches := f.Waits().ReadAhead()
+	t.Logf("%d reads of every third block: %d single reads; read-ahead %d batches, %d pages fetched, %d used, %d dropped",
+		reads, be.single.Load(), batches, fetched, used, dropped)
+	if n := be.single.Load(); n > int64(reads)/20 {
+		t.Errorf("%d of %d reads went to the backend one page at a time, want at most 5%%", n, reads)
+	}
+	if used < uint64(reads)*9/10 {
+		t.Errorf("read-ahead served %d of %d reads", used, reads)
+	}
+}
