@@ -29,7 +29,9 @@ type BatchReader interface {
 // forward, over blocks it found in shared_buffers; the fetched copies of
 // the blocks it skips are dropped), the next window of
 // blocks below the fork's end is fetched in one batch, and the next batch
-// goes out when the reader is half way through the last one.
+// goes out when less than a window is left ahead of the reader (a batch
+// takes about as long as the reader needs for half a window: with half a
+// window of lead the reader waited for most batches).
 //
 // Fetched pages wait here until read, once; a write, truncation, creation
 // or unlink of the fork drops the pages it touches, fetched or in flight,
@@ -173,7 +175,7 @@ func (ra *readAhead) observe(ctx context.Context, rel pg.RelTag, blk, nblocks ui
 		r.run, r.ahead = 1, 0
 	}
 	r.next, r.used = blk+1, now
-	if r.run < 2 || r.ahead > blk+1+ra.window/2 {
+	if r.run < 2 || r.ahead > blk+1+ra.window {
 		ra.mu.Unlock()
 		return
 	}
