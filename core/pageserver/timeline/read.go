@@ -308,12 +308,7 @@ func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 	if err := t.scanInto(ctx, r, upto, set); err != nil {
 		return err
 	}
-	keys := make([]keyspace.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	for _, k := range keys {
+	for _, k := range sortedKeys(set) {
 		if err := fn(k); err != nil {
 			return err
 		}
@@ -322,75 +317,17 @@ func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 }
 
 func (t *Timeline) scanInto(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) error {
-	t.mu.RLock()
-	for _, p := range t.pending {
-		if p.LSN <= upto && r.Contains(p.Key) {
-			set[p.Key] = true
-		}
-	}
-	mems := append([]*layer.InMem{t.open}, t.frozen...)
-	lm := t.layers
-	t.mu.RUnlock()
-	add := func(k keyspace.Key) { set[k] = true }
-	for _, m := range mems {
-		m.Keys(r, upto, add)
-	}
-	for _, h := range lm.Overlapping(r, upto) {
-		rd, err := h.acquire(ctx)
-		if errors.Is(err, errLayerGone) {
-			continue // its versions are in the layers that replaced it
-		}
-		if err != nil {
-			return err
-		}
-		// The index is sorted by key, then LSN: a key's versions at or
-		// below upto come first, and the map needs the key once.
-		var last keyspace.Key
-		have := false
-		for i := rd.Seek(r.Start); i < rd.Len(); i++ {
-			e := rd.Entry(i)
-			if have && e.Key == last {
-				continue
-			}
-			if !e.Key.Less(r.End) {
-				break
-			}
-			if e.LSN <= upto {
-				set[e.Key] = true
-				last, have = e.Key, true
-			}
-		}
-		h.release()
-	}
-	if a := t.d.Ancestor; a != nil {
-		return a.scanInto(ctx, r, min(upto, t.d.AncestorLSN), set)
-	}
-	return nil
+	return t.scanWith(ctx, r, upto, set, func(keyspace.Key) bool { return true }, walkKeys)
 }
 
-// relSizeKeys returns, in key order, the relation size keys in r that
-// have any version at or below upto (tombstones included): ScanKeys of
-// the size keys alone. In a layer file it jumps from a relation fork's
-// first key to its size key and from there to the next fork, so that it
-// costs a few lookups per fork and file, not a visit of every page
-// version (a large database has millions).
-func (t *Timeline) relSizeKeys(ctx context.Context, r keyspace.Range, upto pg.LSN) ([]keyspace.Key, error) {
-	set := map[keyspace.Key]bool{}
-	if err := t.scanRelSizes(ctx, r, upto, set); err != nil {
-		return nil, err
-	}
-	keys := make([]keyspace.Key, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
-	return keys, nil
-}
-
-func (t *Timeline) scanRelSizes(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) error {
+// scanWith adds to set the keys in r that have a version at or below upto
+// and that keep accepts: those of the pending versions, the in-memory
+// layers, the layer files (walk reads a file's index) and the ancestor's.
+func (t *Timeline) scanWith(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool,
+	keep func(keyspace.Key) bool, walk func(rd *layer.Reader, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool)) error {
 	t.mu.RLock()
 	for _, p := range t.pending {
-		if p.LSN <= upto && p.Key.IsRelSize() && r.Contains(p.Key) {
+		if p.LSN <= upto && r.Contains(p.Key) && keep(p.Key) {
 			set[p.Key] = true
 		}
 	}
@@ -398,7 +335,7 @@ func (t *Timeline) scanRelSizes(ctx context.Context, r keyspace.Range, upto pg.L
 	lm := t.layers
 	t.mu.RUnlock()
 	add := func(k keyspace.Key) {
-		if k.IsRelSize() {
+		if keep(k) {
 			set[k] = true
 		}
 	}
@@ -413,27 +350,79 @@ func (t *Timeline) scanRelSizes(ctx context.Context, r keyspace.Range, upto pg.L
 		if err != nil {
 			return err
 		}
-		for i := rd.Seek(r.Start); i < rd.Len(); {
-			e := rd.Entry(i)
-			if !e.Key.Less(r.End) {
-				break
-			}
-			if !e.Key.IsRelSize() {
-				i = rd.Seek(keyspace.RelSize(e.Key.Rel()))
-				continue
-			}
-			// A key's entries are sorted by LSN: the first is its oldest.
-			if e.LSN <= upto {
-				set[e.Key] = true
-			}
-			i = rd.Seek(e.Key.Next())
-		}
+		walk(rd, r, upto, set)
 		h.release()
 	}
 	if a := t.d.Ancestor; a != nil {
-		return a.scanRelSizes(ctx, r, min(upto, t.d.AncestorLSN), set)
+		return a.scanWith(ctx, r, min(upto, t.d.AncestorLSN), set, keep, walk)
 	}
 	return nil
+}
+
+// walkKeys adds every key of a layer file in r with a version at or below
+// upto.
+func walkKeys(rd *layer.Reader, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) {
+	// The index is sorted by key, then LSN: a key's versions at or below
+	// upto come first, and the map needs the key once.
+	var last keyspace.Key
+	have := false
+	for i := rd.Seek(r.Start); i < rd.Len(); i++ {
+		e := rd.Entry(i)
+		if have && e.Key == last {
+			continue
+		}
+		if !e.Key.Less(r.End) {
+			break
+		}
+		if e.LSN <= upto {
+			set[e.Key] = true
+			last, have = e.Key, true
+		}
+	}
+}
+
+// relSizeKeys returns, in key order, the relation size keys in r that
+// have any version at or below upto (tombstones included): ScanKeys of
+// the size keys alone. In a layer file it jumps from a relation fork's
+// first key to its size key and from there to the next fork, so that it
+// costs a few lookups per fork and file, not a visit of every page
+// version (a large database has millions).
+func (t *Timeline) relSizeKeys(ctx context.Context, r keyspace.Range, upto pg.LSN) ([]keyspace.Key, error) {
+	set := map[keyspace.Key]bool{}
+	if err := t.scanWith(ctx, r, upto, set, keyspace.Key.IsRelSize, walkRelSizes); err != nil {
+		return nil, err
+	}
+	return sortedKeys(set), nil
+}
+
+func sortedKeys(set map[keyspace.Key]bool) []keyspace.Key {
+	keys := make([]keyspace.Key, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Less(keys[j]) })
+	return keys
+}
+
+// walkRelSizes adds the relation size keys of a layer file in r with a
+// version at or below upto, jumping from a fork's first key to its size
+// key and from there to the next fork.
+func walkRelSizes(rd *layer.Reader, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) {
+	for i := rd.Seek(r.Start); i < rd.Len(); {
+		e := rd.Entry(i)
+		if !e.Key.Less(r.End) {
+			break
+		}
+		if !e.Key.IsRelSize() {
+			i = rd.Seek(keyspace.RelSize(e.Key.Rel()))
+			continue
+		}
+		// A key's entries are sorted by LSN: the first is its oldest.
+		if e.LSN <= upto {
+			set[e.Key] = true
+		}
+		i = rd.Seek(e.Key.Next())
+	}
 }
 
 // ListRels returns the relation forks that exist at lsn in range r (use
