@@ -148,6 +148,72 @@ func BenchmarkCreateImageLayer(b *testing.B) {
 	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 }
 
+// imageBench is a timeline of 40 relations of n pages each, one delta
+// file per relation (ingested as images), below its first image pass: the
+// database of the image benchmarks.
+type imageBench struct {
+	b    *testing.B
+	tl   *Timeline
+	lsn  pg.LSN
+	data []byte
+}
+
+func newImageBench(b *testing.B, id byte, pages int, o Options) *imageBench {
+	commit := &CommitLSN{}
+	commit.Set(1 << 60)
+	tl, err := Open(context.Background(), pg.TimelineID{id}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tl.Close() })
+	ib := &imageBench{b: b, tl: tl, data: make([]byte, pg.BlockSize)}
+	for r := 0; r < 40; r++ {
+		ib.write([]int{r}, pages)
+	}
+	if err := tl.CreateImageLayer(context.Background(), ib.lsn); err != nil {
+		b.Fatal(err)
+	}
+	return ib
+}
+
+func benchKey(r, blk int) keyspace.Key {
+	return keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: uint32(16384 + r), Block: uint32(blk)})
+}
+
+// write stores pages 0 to n-1 of each relation of rels, one LSN each, and
+// flushes them into a delta file.
+func (ib *imageBench) write(rels []int, n int) {
+	var cs []Change
+	for _, r := range rels {
+		for blk := 0; blk < n; blk++ {
+			ib.lsn++
+			ib.data[0] = byte(ib.lsn)
+			cs = append(cs, Change{Key: benchKey(r, blk), LSN: ib.lsn, Kind: layer.Image, Data: ib.data})
+		}
+	}
+	ib.ingest(cs)
+}
+
+func (ib *imageBench) ingest(cs []Change) {
+	ctx := context.Background()
+	if err := ib.tl.Ingest(ctx, cs, ib.lsn); err != nil {
+		ib.b.Fatal(err)
+	}
+	if err := ib.tl.Flush(ctx); err != nil {
+		ib.b.Fatal(err)
+	}
+}
+
+// imageOpts are the image benchmarks' options: no flush but theirs, image
+// files of target bytes, no compaction.
+func imageOpts(target int64) Options {
+	o := smallOpts()
+	o.CheckpointDistance = 1 << 40
+	o.LayerTargetSize = target
+	o.CompactionThreshold = 1 << 30
+	return o
+}
+
 // BenchmarkImagePass measures an image pass over a 160 MB database (40
 // relations of 500 pages of 8 KiB, image files of 8 MiB) after its first
 // pass, when the pages written since are those of one relation (hot: 500
@@ -171,54 +237,22 @@ func BenchmarkImagePass(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
-			commit := &CommitLSN{}
-			commit.Set(1 << 60)
-			o := smallOpts()
-			o.CheckpointDistance = 1 << 40
-			o.LayerTargetSize = 8 << 20
-			tl, err := Open(ctx, pg.TimelineID{0xBF}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tl.Close()
-			data := make([]byte, pg.BlockSize)
-			lsn := pg.LSN(0)
-			write := func(rels []int, n int) {
-				var cs []Change
-				for _, r := range rels {
-					for blk := 0; blk < n; blk++ {
-						lsn++
-						data[0] = byte(lsn)
-						cs = append(cs, Change{Key: keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: uint32(16384 + r), Block: uint32(blk)}), LSN: lsn, Kind: layer.Image, Data: data})
-					}
-				}
-				if err := tl.Ingest(ctx, cs, lsn); err != nil {
-					b.Fatal(err)
-				}
-				if err := tl.Flush(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for r := 0; r < 40; r++ {
-				write([]int{r}, 500)
-			}
-			if err := tl.CreateImageLayer(ctx, lsn); err != nil {
-				b.Fatal(err)
-			}
+			ib := newImageBench(b, 0xBF, 500, imageOpts(8<<20))
+			tl := ib.tl
 			var written int64
 			var cpu time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				write(c.rels, c.n)
+				ib.write(c.rels, c.n)
 				b.StartTimer()
 				cpu0 := cpuTime()
-				if err := tl.CreateImageLayer(ctx, lsn); err != nil {
+				if err := tl.CreateImageLayer(ctx, ib.lsn); err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuTime() - cpu0
 				for _, d := range tl.Layers() {
-					if d.Kind == layer.ImageLayer && d.LSNStart == lsn {
+					if d.Kind == layer.ImageLayer && d.LSNStart == ib.lsn {
 						written += d.Size
 					}
 				}
@@ -269,48 +303,16 @@ func BenchmarkImagePlan(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				ctx := context.Background()
-				commit := &CommitLSN{}
-				commit.Set(1 << 60)
-				o := smallOpts()
-				o.CheckpointDistance = 1 << 40
-				o.LayerTargetSize = 8 << 20
-				o.CompactionThreshold = 1 << 30
-				tl, err := Open(ctx, pg.TimelineID{0xBE}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer tl.Close()
-				data := make([]byte, pg.BlockSize)
-				lsn := pg.LSN(0)
-				key := func(r, blk int) keyspace.Key {
-					return keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: uint32(16384 + r), Block: uint32(blk)})
-				}
-				ingest := func(cs []Change) {
-					if err := tl.Ingest(ctx, cs, lsn); err != nil {
-						b.Fatal(err)
-					}
-					if err := tl.Flush(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-				for r := 0; r < 40; r++ {
-					var cs []Change
-					for blk := 0; blk < 500; blk++ {
-						lsn++
-						cs = append(cs, Change{Key: key(r, blk), LSN: lsn, Kind: layer.Image, Data: data})
-					}
-					ingest(cs)
-				}
-				if err := tl.CreateImageLayer(ctx, lsn); err != nil {
-					b.Fatal(err)
-				}
+				ib := newImageBench(b, 0xBE, 500, imageOpts(8<<20))
+				tl := ib.tl
 				for i := 0; i < deltas; i++ {
-					lsn += 2
-					ingest([]Change{
-						{Key: key(0, i%500), LSN: lsn - 1, Kind: layer.Image, Data: data},
-						{Key: key(39, i%500), LSN: lsn, Kind: layer.Image, Data: data},
+					ib.lsn += 2
+					ib.ingest([]Change{
+						{Key: benchKey(0, i%500), LSN: ib.lsn - 1, Kind: layer.Image, Data: ib.data},
+						{Key: benchKey(39, i%500), LSN: ib.lsn, Kind: layer.Image, Data: ib.data},
 					})
 				}
+				lsn := ib.lsn
 				var p imagePlan
 				p = tl.planImages(ctx, lsn, nil)
 				b.ResetTimer()
@@ -341,11 +343,7 @@ func BenchmarkListRels(b *testing.B) {
 	ctx := context.Background()
 	commit := &CommitLSN{}
 	commit.Set(1 << 60)
-	o := smallOpts()
-	o.CheckpointDistance = 1 << 40
-	o.LayerTargetSize = 64 << 20
-	o.CompactionThreshold = 1 << 30
-	tl, err := Open(ctx, pg.TimelineID{0xBD}, b.TempDir(), o, Deps{Log: zerolog.Nop(), Commit: commit})
+	tl, err := Open(ctx, pg.TimelineID{0xBD}, b.TempDir(), imageOpts(64<<20), Deps{Log: zerolog.Nop(), Commit: commit})
 	if err != nil {
 		b.Fatal(err)
 	}
