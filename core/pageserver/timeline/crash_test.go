@@ -255,3 +255,48 @@ func TestBatchNeverSpansLayers(t *testing.T) {
 		t.Fatalf("from the object store the timeline resumes at %s, inside what its layers hold", got)
 	}
 }
+
+// TestMaterializedImageKeepsRecordFloor: WAL ingest stores images
+// materialized after their batch at the batch's end LSN (walingest's SLRU
+// pages), in a call of their own. When that call opened a new in-memory
+// layer, the layer's floor became the LSN just below the images, inside
+// the last record, and a manifest published meanwhile named it as the
+// consistent LSN: a replacement from the object store could not resume WAL
+// ingest there (CI, TestReplacePageserverDuringIngest: "cannot resume WAL
+// ingest at 0/233118F: not the start of a WAL record"). The images are
+// made of versions stored already: the record end stays the floor.
+func TestMaterializedImageKeepsRecordFloor(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	remote := &manifest.Remote{Store: objectstore.NewMemory()}
+	id := pg.TimelineID{0xE2}
+	tl := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl.Close()
+	a := []Change{
+		{Key: keyspace.RelBlock(rel.Page(0)), LSN: 0x1010, Kind: layer.Image, Data: page(1)},
+		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x1018, Kind: layer.Image, Data: page(2)},
+	}
+	if err := tl.Ingest(ctx, a, 0x1018); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The materialized image lands in a new in-memory layer.
+	img := []Change{{Key: keyspace.SLRUBlock(keyspace.SLRUXact, 0, 0), LSN: 0x1018, Kind: layer.Image, Data: page(3)}}
+	if err := tl.IngestBuffered(ctx, img, 0x1018); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := tl.LSNs().RemoteConsistent; got != 0x1018 {
+		t.Errorf("the object store's consistent LSN is %s, want 0/1018 (the end of the last record)", got)
+	}
+	tl2 := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl2.Close()
+	if got := tl2.LSNs().LastRecord; got != 0x1018 {
+		t.Errorf("a replacement from the object store resumes at %s, want 0/1018", got)
+	}
+}

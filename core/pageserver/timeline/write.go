@@ -230,6 +230,14 @@ func (t *Timeline) storeLocked(cs []Change, gated, sync bool) error {
 	open := t.open
 	floor := t.imageFloor
 	lo := minLSN(direct)
+	if !gated {
+		// WAL ingest's versions lie above the last record LSN, but for
+		// images made after their batch at its end (walingest's SLRU
+		// pages): made of versions stored already, they need no WAL read
+		// again, and the last record LSN, a record's end, stays their
+		// floor (lo-1 lies inside that record).
+		lo = max(lo, pg.LSN(t.lastRecord.Load())+1)
+	}
 	if len(direct) > 0 {
 		t.noteFloorLocked(open, pg.LSN(t.lastRecord.Load()), lo)
 	}
