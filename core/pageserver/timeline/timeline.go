@@ -470,8 +470,10 @@ func (t *Timeline) newOpenLocked() error {
 // where a record starts. lo-1 is the first but not the second (versions
 // carry the end LSN of their record, so lo-1 lies inside it); the last
 // record LSN before the layer's first batch is both for ingested WAL,
-// whose versions all lie above it. Writes gated by W (writeback) can lie
-// below it; for them lo-1 is the floor, as no WAL is read again.
+// whose versions all lie above it (storeLocked passes WAL ingest's images
+// materialized at the last record LSN as above it too: they are made of
+// versions stored already). Writes gated by W (writeback) can lie below
+// it; for them lo-1 is the floor, as no WAL is read again.
 // REQUIRES: t.mu held for writing.
 func (t *Timeline) noteFloorLocked(m *layer.InMem, lastRecord, lo pg.LSN) {
 	f := lastRecord
