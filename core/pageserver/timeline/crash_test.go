@@ -89,18 +89,7 @@ func TestResumeAtRecordBoundary(t *testing.T) {
 	remote := &manifest.Remote{Store: objectstore.NewMemory()}
 	id := pg.TimelineID{0xE1}
 	tl := openT(t, dir, commit, remote, id, nil, 0)
-	// Two WAL records, ending at 0x1010 and 0x1018: their versions carry
-	// those LSNs, the timeline's last record LSN becomes 0x1018.
-	a := []Change{
-		{Key: keyspace.RelBlock(rel.Page(0)), LSN: 0x1010, Kind: layer.Image, Data: page(1)},
-		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x1018, Kind: layer.Image, Data: page(2)},
-	}
-	if err := tl.Ingest(ctx, a, 0x1018); err != nil {
-		t.Fatal(err)
-	}
-	if err := tl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ingestTwoRecords(t, tl)
 	// The next batch is ingested but not synced, and a manifest is saved
 	// meanwhile (the background loop does, after each flush and upload).
 	b := []Change{{Key: keyspace.RelBlock(rel.Page(2)), LSN: 0x2008, Kind: layer.Image, Data: page(3)}}
@@ -273,16 +262,7 @@ func TestMaterializedImageKeepsRecordFloor(t *testing.T) {
 	id := pg.TimelineID{0xE2}
 	tl := openT(t, t.TempDir(), commit, remote, id, nil, 0)
 	defer tl.Close()
-	a := []Change{
-		{Key: keyspace.RelBlock(rel.Page(0)), LSN: 0x1010, Kind: layer.Image, Data: page(1)},
-		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x1018, Kind: layer.Image, Data: page(2)},
-	}
-	if err := tl.Ingest(ctx, a, 0x1018); err != nil {
-		t.Fatal(err)
-	}
-	if err := tl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ingestTwoRecords(t, tl)
 	// The materialized image lands in a new in-memory layer.
 	img := []Change{{Key: keyspace.SLRUBlock(keyspace.SLRUXact, 0, 0), LSN: 0x1018, Kind: layer.Image, Data: page(3)}}
 	if err := tl.IngestBuffered(ctx, img, 0x1018); err != nil {
@@ -298,5 +278,24 @@ func TestMaterializedImageKeepsRecordFloor(t *testing.T) {
 	defer tl2.Close()
 	if got := tl2.LSNs().LastRecord; got != 0x1018 {
 		t.Errorf("a replacement from the object store resumes at %s, want 0/1018", got)
+	}
+}
+
+// ingestTwoRecords ingests two WAL records, ending at 0x1010 and 0x1018
+// (pages 0 and 1 of rel, page(1) and page(2)), and flushes them into a
+// layer file: their versions carry those LSNs, and the timeline's last
+// record LSN becomes 0x1018.
+func ingestTwoRecords(t *testing.T, tl *Timeline) {
+	t.Helper()
+	ctx := context.Background()
+	a := []Change{
+		{Key: keyspace.RelBlock(rel.Page(0)), LSN: 0x1010, Kind: layer.Image, Data: page(1)},
+		{Key: keyspace.RelBlock(rel.Page(1)), LSN: 0x1018, Kind: layer.Image, Data: page(2)},
+	}
+	if err := tl.Ingest(ctx, a, 0x1018); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
