@@ -15,6 +15,7 @@ import (
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/pstest"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -51,34 +52,11 @@ func mountPS(t *testing.T, h *harness, mnt, scratch string, uid, gid uint32, wal
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopc := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var last pg.LSN
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopc:
-				return
-			case <-tick.C:
-			}
-			if w := f.WAL().Current(); w > last {
-				if err := h.c.AdvanceCommitLSN(context.Background(), tl, w); err != nil {
-					t.Errorf("advance commit LSN: %v", err)
-					return
-				}
-				last = w
-			}
-		}
-	}()
+	stopFollow := pstest.FollowCommit(t, h.c, tl, f.WAL().Current)
 	var once sync.Once
 	done := func() {
 		once.Do(func() {
-			close(stopc)
-			wg.Wait()
+			stopFollow()
 			if err := f.Unmount(); err != nil {
 				t.Errorf("unmount: %v", err)
 			}

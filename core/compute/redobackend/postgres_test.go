@@ -2,7 +2,6 @@ package redobackend_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,60 +11,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/compute/redobackend"
 	"github.com/stratadb/strata/core/pageserver"
-	"github.com/stratadb/strata/core/pageserver/client"
-	"github.com/stratadb/strata/core/pageserver/server"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/pageserver/walingest"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/pstest"
 	"github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// harness runs a pageserver with its gRPC server on a free loopback port.
-type harness struct {
-	ps *pageserver.Pageserver
-	g  *grpc.Server
-	c  *client.Client
-}
-
-func start(t *testing.T) *harness {
+// start runs a pageserver on a fresh folder and an in-memory object store.
+func start(t *testing.T) *pstest.Server {
 	t.Helper()
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.WaitLSNTimeout = 5 * time.Second
-	reg := prometheus.NewRegistry()
-	ps, err := pageserver.New(context.Background(), cfg, pageserver.Deps{Log: zerolog.Nop(), Registry: reg, Store: objectstore.NewMemory()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
-	server.New(ps, zerolog.Nop(), reg).Register(g)
-	go g.Serve(lis)
-	c, err := client.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{ps: ps, g: g, c: c}
-	t.Cleanup(func() {
-		c.Close()
-		g.Stop()
-		ps.Close()
-	})
-	return h
+	return pstest.Start(t, cfg, pageserver.Deps{Log: zerolog.Nop(), Store: objectstore.NewMemory()})
 }
 
 // mountRedo mounts PGDATA over a redobackend: relation pages in its local
@@ -73,10 +41,10 @@ func start(t *testing.T) *harness {
 // pageserver timeline files, whose commit LSN a goroutine advances to the
 // WAL written (standing in for the safekeepers). The returned function
 // unmounts.
-func mountRedo(t *testing.T, h *harness, files pg.TimelineID, rd *timeline.Timeline, mnt, scratch string, uid, gid uint32, walStart pg.LSN, maxPages int) (*fusefs.FS, *redobackend.Backend, func()) {
+func mountRedo(t *testing.T, h *pstest.Server, files pg.TimelineID, rd *timeline.Timeline, mnt, scratch string, uid, gid uint32, walStart pg.LSN, maxPages int) (*fusefs.FS, *redobackend.Backend, func()) {
 	t.Helper()
 	ctx := context.Background()
-	fb, err := psbackend.Open(ctx, h.c, files, psbackend.Options{})
+	fb, err := psbackend.Open(ctx, h.Client, files, psbackend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,34 +60,11 @@ func mountRedo(t *testing.T, h *harness, files pg.TimelineID, rd *timeline.Timel
 		t.Fatal(err)
 	}
 	be.SetWALPosition(f.WAL().Current)
-	stopc := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var last pg.LSN
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopc:
-				return
-			case <-tick.C:
-			}
-			if w := f.WAL().Current(); w > last {
-				if err := h.c.AdvanceCommitLSN(context.Background(), files, w); err != nil {
-					t.Errorf("advance commit LSN: %v", err)
-					return
-				}
-				last = w
-			}
-		}
-	}()
+	stopFollow := pstest.FollowCommit(t, h.Client, files, f.WAL().Current)
 	var once sync.Once
 	done := func() {
 		once.Do(func() {
-			close(stopc)
-			wg.Wait()
+			stopFollow()
 			if err := f.Unmount(); err != nil {
 				t.Errorf("unmount: %v", err)
 			}
@@ -165,7 +110,7 @@ func controlCheckpoint(t *testing.T, dir string) pg.LSN {
 // timeline that holds initdb's output (imported through the mount), and
 // the folders of a compute: PGDATA is not mounted when newRedoEnv returns.
 type redoEnv struct {
-	h            *harness
+	h            *pstest.Server
 	files        pg.TimelineID
 	rd           *timeline.Timeline
 	root         string
@@ -188,7 +133,7 @@ func newRedoEnv(t *testing.T) *redoEnv {
 	ctx := context.Background()
 	h := start(t)
 	files := pg.TimelineID{0x4E, 1}
-	if _, err := h.c.CreateTimeline(ctx, files); err != nil {
+	if _, err := h.Client.CreateTimeline(ctx, files); err != nil {
 		t.Fatal(err)
 	}
 	commit := &timeline.CommitLSN{}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,70 +12,39 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
 
 	"github.com/stratadb/strata/core/bench/tpcc"
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/pageserver"
-	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/metamorphic"
-	"github.com/stratadb/strata/core/pageserver/server"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/pageserver/walingest"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/pstest"
 	"github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// harness runs a pageserver with its gRPC server on a free loopback port.
-type harness struct {
-	ps *pageserver.Pageserver
-	g  *grpc.Server
-	c  *client.Client
-}
-
-func start(t *testing.T) *harness {
+// start runs a pageserver on a fresh folder and an in-memory object store.
+func start(t *testing.T) *pstest.Server {
 	t.Helper()
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.WaitLSNTimeout = 5 * time.Second
-	reg := prometheus.NewRegistry()
-	ps, err := pageserver.New(context.Background(), cfg, pageserver.Deps{Log: zerolog.Nop(), Registry: reg, Store: objectstore.NewMemory()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(256 << 20))
-	server.New(ps, zerolog.Nop(), reg).Register(g)
-	go g.Serve(lis)
-	c, err := client.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{ps: ps, g: g, c: c}
-	t.Cleanup(func() {
-		c.Close()
-		g.Stop()
-		ps.Close()
-	})
-	return h
+	return pstest.Start(t, cfg, pageserver.Deps{Log: zerolog.Nop(), Store: objectstore.NewMemory()})
 }
 
 // mount mounts PGDATA over psbackend on timeline id, with a goroutine
 // that stands in for the safekeepers (it advances the commit LSN to the
 // WAL the mount has seen written). The returned function unmounts.
-func mount(t *testing.T, h *harness, id pg.TimelineID, mnt, scratch string, uid, gid uint32) (*fusefs.FS, func()) {
+func mount(t *testing.T, h *pstest.Server, id pg.TimelineID, mnt, scratch string, uid, gid uint32) (*fusefs.FS, func()) {
 	t.Helper()
-	be, err := psbackend.Open(context.Background(), h.c, id, psbackend.Options{})
+	be, err := psbackend.Open(context.Background(), h.Client, id, psbackend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,34 +55,11 @@ func mount(t *testing.T, h *harness, id pg.TimelineID, mnt, scratch string, uid,
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopc := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var last pg.LSN
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopc:
-				return
-			case <-tick.C:
-			}
-			if w := f.WAL().Current(); w > last {
-				if err := h.c.AdvanceCommitLSN(context.Background(), id, w); err != nil {
-					t.Errorf("advance commit LSN: %v", err)
-					return
-				}
-				last = w
-			}
-		}
-	}()
+	stopFollow := pstest.FollowCommit(t, h.Client, id, f.WAL().Current)
 	var once sync.Once
 	done := func() {
 		once.Do(func() {
-			close(stopc)
-			wg.Wait()
+			stopFollow()
 			if err := f.Unmount(); err != nil {
 				t.Errorf("unmount: %v", err)
 			}
@@ -308,7 +253,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 	ctx := context.Background()
 	h := start(t)
 	wbID := pg.TimelineID{0x3E, 1}
-	if _, err := h.c.CreateTimeline(ctx, wbID); err != nil {
+	if _, err := h.Client.CreateTimeline(ctx, wbID); err != nil {
 		t.Fatal(err)
 	}
 	root := pgtest.MkdirOwned(t, "strata-metamorphic-")
@@ -461,7 +406,7 @@ func TestWritebackEqualsRedo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("ingested %s..%s (%.1f MB of WAL) in %v", base, last, float64(last-base)/1e6, time.Since(t1).Round(time.Millisecond))
-	wb, err := h.ps.Timeline(wbID)
+	wb, err := h.PS.Timeline(wbID)
 	if err != nil {
 		t.Fatal(err)
 	}
