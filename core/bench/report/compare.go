@@ -30,6 +30,11 @@ type compareRow struct {
 	optional bool
 }
 
+// wrapRows put each space-separated word of a cell on a line of its own,
+// so that a long configuration label ("stock-sync full_page_writes=off
+// wh=4 vus=16") does not widen its run's column to the label's length.
+var wrapRows = map[string]bool{"configuration": true, "strata config": true}
+
 // compareRows are the figures strata bench compare puts side by side:
 // the run's figures, the CPU of each part, then its checkpoints and top
 // wait. Rows marked optional are left out when no run has the figure.
@@ -164,11 +169,28 @@ func Compare(w io.Writer, runs []*results.Run) error {
 				continue
 			}
 		}
-		fmt.Fprint(tw, row.name)
-		for _, r := range runs {
-			fmt.Fprintf(tw, "\t%s", row.get(r))
+		cells := make([][]string, len(runs))
+		lines := 1
+		for i, r := range runs {
+			cells[i] = []string{row.get(r)}
+			if wrapRows[row.name] {
+				cells[i] = strings.Fields(cells[i][0])
+			}
+			lines = max(lines, len(cells[i]))
 		}
-		fmt.Fprintln(tw)
+		for l := 0; l < lines; l++ {
+			if l == 0 {
+				fmt.Fprint(tw, row.name)
+			}
+			for _, c := range cells {
+				cell := ""
+				if l < len(c) {
+					cell = c[l]
+				}
+				fmt.Fprintf(tw, "\t%s", cell)
+			}
+			fmt.Fprintln(tw)
+		}
 	}
 	for _, tx := range []string{"new_order", "payment", "delivery", "stock_level", "order_status", "pgbench"} {
 		present := false

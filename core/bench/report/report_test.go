@@ -150,6 +150,22 @@ func TestCompare(t *testing.T) {
 			t.Errorf("compare output lacks %q:\n%s", want, out)
 		}
 	}
+	// The configuration label goes one word to a line: every word is
+	// there, and no line holds two words of one label.
+	for _, r := range runs {
+		words := strings.Fields(r.Label)
+		if len(words) < 2 {
+			t.Fatalf("fake run label %q has one word", r.Label)
+		}
+		for _, w := range words {
+			if !strings.Contains(out, w) {
+				t.Errorf("compare output lacks %q of label %q:\n%s", w, r.Label, out)
+			}
+		}
+		if strings.Contains(out, words[0]+" "+words[1]) {
+			t.Errorf("label %q not wrapped:\n%s", r.Label, out)
+		}
+	}
 }
 
 // chromium returns the path of a headless browser, or skips.
