@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/internal/pacedwrite"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -604,7 +605,7 @@ func WriteFile(dir string, kind FileKind, vs []Version, keys keyspace.Range, lsn
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	w := NewWriter(tmp, kind)
+	w := NewWriter(pacedwrite.New(tmp), kind)
 	for i := range vs {
 		if err := w.Add(&vs[i]); err != nil {
 			return Desc{}, err

@@ -13,6 +13,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/internal/pacedwrite"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -554,7 +555,7 @@ func (iw *imageWriter) open() error {
 	if kind == 0 {
 		kind = layer.ImageLayer
 	}
-	iw.f, iw.w = f, layer.NewWriter(f, kind)
+	iw.f, iw.w = f, layer.NewWriter(pacedwrite.New(f), kind)
 	return nil
 }
 

@@ -39,6 +39,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/internal/pacedwrite"
 	"github.com/stratadb/strata/sdk/objectstore"
 )
 
@@ -165,8 +166,14 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 		}
 	}()
 
+	// A synced object's writeback is paced: a large one would otherwise
+	// reach the disk in one burst at its fsync (package pacedwrite).
+	var dst io.Writer = writerOnly{f}
+	if !s.cfg.NoSync {
+		dst = pacedwrite.New(f)
+	}
 	bp := s.bufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(writerOnly{f}, objectstore.ContextReader(ctx, r), *bp)
+	n, err := io.CopyBuffer(dst, objectstore.ContextReader(ctx, r), *bp)
 	s.bufs.Put(bp)
 	if err != nil {
 		return fmt.Errorf("fs: put %q: writing %s: %w", key, tmpName, err)
