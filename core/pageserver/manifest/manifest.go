@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/internal/pacedwrite"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -264,8 +265,8 @@ func (r *Remote) Publish(ctx context.Context, tl pg.TimelineID, m *Manifest) err
 	return err
 }
 
-// Download copies a layer file to dst atomically (temp file, fsync, rename)
-// and checks its size.
+// Download copies a layer file to dst atomically (temp file written
+// through pacedwrite, fsync, rename) and checks its size.
 func (r *Remote) Download(ctx context.Context, tl pg.TimelineID, d layer.Desc, dst string) error {
 	rc, err := r.Store.Get(ctx, LayerKey(tl, d.Name))
 	if err != nil {
@@ -277,7 +278,7 @@ func (r *Remote) Download(ctx context.Context, tl pg.TimelineID, d layer.Desc, d
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(f, rc)
+	n, err := io.Copy(pacedwrite.New(f), rc)
 	if err == nil && n != d.Size {
 		err = fmt.Errorf("manifest: layer %s: downloaded %d bytes, want %d", d.Name, n, d.Size)
 	}
