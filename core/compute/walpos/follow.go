@@ -88,6 +88,7 @@ func (f *Follower) walk() pg.LSN {
 	}
 	if f.r == nil {
 		f.r = wal.NewReader(followSource{f}, f.next)
+		f.r.HeadersOnly() // W needs record ends, not what the records change
 	} else {
 		f.r.Reset(f.next)
 	}

@@ -3,11 +3,13 @@ package walpos
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -196,4 +198,30 @@ func BenchmarkFollowerWalk(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(walked)/float64(b.N), "WAL-bytes/op")
 	tr.Close()
+}
+
+// BenchmarkReadRecords prices the walk's record reading alone: initdb's
+// WAL from memory, every record decoded (as the pageserver's ingest
+// reads) or headers, length and CRC only (as the W lookup reads since
+// wal.Reader.HeadersOnly).
+func BenchmarkReadRecords(b *testing.B) {
+	seg, segStart, _ := realWAL(b)
+	for _, headers := range []bool{false, true} {
+		b.Run(fmt.Sprintf("headers-only=%v", headers), func(b *testing.B) {
+			n := 0
+			for i := 0; i < b.N; i++ {
+				r := wal.NewReader(&wal.BytesSource{Start: segStart, Data: seg}, segStart)
+				if headers {
+					r.HeadersOnly()
+				}
+				for {
+					if _, err := r.Next(); err != nil {
+						break
+					}
+					n++
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
+		})
+	}
 }

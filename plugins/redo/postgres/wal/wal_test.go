@@ -204,6 +204,59 @@ func TestReaderReset(t *testing.T) {
 	}
 }
 
+// TestReaderHeadersOnly: a headers-only reader returns the records a full
+// reader returns, header for header, without their bodies; it still finds
+// a bad CRC, keeps the mode across Reset, and passes a record whose body
+// a full reader refuses (so the body was not decoded).
+func TestReaderHeadersOnly(t *testing.T) {
+	base := pg.LSN(3 * pg.WALSegmentSize)
+	badBody := []byte{0xAA, 1, 2, 3} // block ID 0xAA: no such block reference
+	bodies := [][]byte{heapBody(10), heapBody(20000), heapBody(3), heapBody(8100), badBody, heapBody(40)}
+	data, starts := buildWAL(t, base, bodies)
+	full := NewReader(&BytesSource{Start: base, Data: data}, base)
+	hdrs := NewReader(&BytesSource{Start: base, Data: data}, base)
+	hdrs.HeadersOnly()
+	for pass := 0; pass < 2; pass++ {
+		for i := range bodies {
+			h, err := hdrs.Next()
+			if err != nil {
+				t.Fatalf("pass %d, record %d: %v", pass, i, err)
+			}
+			if len(h.Blocks) != 0 || h.MainData != nil || h.LSN != starts[i] {
+				t.Fatalf("pass %d, record %d at %s: %d blocks, %d bytes of main data", pass, i, h.LSN, len(h.Blocks), len(h.MainData))
+			}
+			hv := *h
+			f, err := full.Next()
+			if i == 4 {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("full reader on a bad body: %v, want ErrCorrupt", err)
+				}
+				full.Reset(starts[5])
+				continue
+			}
+			if err != nil {
+				t.Fatalf("pass %d, record %d: full reader: %v", pass, i, err)
+			}
+			if hv.LSN != f.LSN || hv.EndLSN != f.EndLSN || hv.Prev != f.Prev || hv.TotLen != f.TotLen || hv.XID != f.XID ||
+				hv.Info != f.Info || hv.RmID != f.RmID || hv.CRC != f.CRC || !bytes.Equal(hv.Raw, f.Raw) {
+				t.Fatalf("pass %d, record %d: headers-only %+v, full %+v", pass, i, hv, *f)
+			}
+		}
+		if _, err := hdrs.Next(); !errors.Is(err, ErrEndOfWAL) {
+			t.Fatalf("pass %d: after the last record: %v", pass, err)
+		}
+		hdrs.Reset(base)
+		full.Reset(base)
+	}
+	bad := bytes.Clone(data)
+	bad[int(starts[2]-base)+RecordHeaderSize+1] ^= 0xFF
+	hdrs = NewReader(&BytesSource{Start: base, Data: bad}, starts[2])
+	hdrs.HeadersOnly()
+	if _, err := hdrs.Next(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("headers-only reader on a bad CRC: %v, want ErrCorrupt", err)
+	}
+}
+
 func TestReaderCorruptionNamesLSN(t *testing.T) {
 	base := pg.LSN(pg.WALSegmentSize)
 	data, starts := buildWAL(t, base, [][]byte{heapBody(10), heapBody(300), heapBody(10)})
