@@ -1390,19 +1390,27 @@ func (a *Agent) feedCommit(ctx context.Context) {
 	}
 }
 
-// logWaits logs the wait report every period while Postgres runs.
-func (a *Agent) logWaits(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
+// every calls fn every d until ctx ends (the agent's periodic jobs: the
+// wait log, the LFC page list, the redo index guard).
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn()
 		}
+	}
+}
+
+// logWaits logs the wait report every period while Postgres runs.
+func (a *Agent) logWaits(ctx context.Context, period time.Duration) {
+	every(ctx, period, func() {
 		r := a.FreshReport(ctx)
 		if r.State != "running" {
-			continue
+			return
 		}
 		ev := a.log.Info().Str("w", r.W.String()).Str("durable", r.Durable.String()).Uint64("cache_hits", r.CacheHits).Uint64("cache_misses", r.CacheMisses)
 		for _, w := range r.Waits {
@@ -1411,7 +1419,7 @@ func (a *Agent) logWaits(ctx context.Context, period time.Duration) {
 			}
 		}
 		ev.Msg("waits")
-	}
+	})
 }
 
 // agentCollector exports the agent's own gauges.

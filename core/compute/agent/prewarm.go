@@ -99,16 +99,7 @@ func (p *prewarmer) run(ctx context.Context, f *fusefs.FS) {
 		p.settled = ctx.Err() == nil
 	}
 	p.mu.Unlock()
-	t := time.NewTicker(p.a.cfg.Cache.PrewarmInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			p.save(ctx)
-		}
-	}
+	every(ctx, p.a.cfg.Cache.PrewarmInterval, func() { p.save(ctx) })
 }
 
 func (p *prewarmer) load(ctx context.Context, f *fusefs.FS, id uint64) {

@@ -153,16 +153,7 @@ func (a *Agent) ensureRedoGuard(ctx context.Context, onlyNew bool) {
 // watchRedoGuard installs the guard in databases created while Postgres
 // runs, every redoGuardEvery, until ctx ends.
 func (a *Agent) watchRedoGuard(ctx context.Context) {
-	t := time.NewTicker(redoGuardEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.ensureRedoGuard(ctx, true)
-	}
+	every(ctx, redoGuardEvery, func() { a.ensureRedoGuard(ctx, true) })
 }
 
 // redoGuardDB installs the guard in database db unless it has one (a
