@@ -221,6 +221,9 @@ func (f *FS) load(ctx context.Context, root *dirNode) error {
 	if err != nil {
 		return err
 	}
+	if files, err = f.repairSlotFolders(ctx, files); err != nil {
+		return err
+	}
 	dirs := map[string]*fs.Inode{"": root.EmbeddedInode()}
 	for _, fi := range files {
 		parent, ok := dirs[parentOf(fi.Path)]

@@ -325,9 +325,11 @@ func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 // renameDir moves folder sd (holding only ordinary files) to
 // nd/newName: the new folder is created, each file renamed into it, and the
 // old folder removed, all at the current W. It is not atomic in storage: a
-// crash in between leaves both folders, the files in one of them (Postgres
-// removes a leftover <slot>.tmp folder at start). A target that exists must
-// be an empty folder (replaced unless RENAME_NOREPLACE).
+// crash in between leaves both folders, the files in one of them or split
+// (Postgres removes a leftover <slot>.tmp folder at start; the next mount
+// removes a slot folder left without its state file, repairSlotFolders). A
+// target that exists must be an empty folder (replaced unless
+// RENAME_NOREPLACE).
 func (d *dirNode) renameDir(ctx context.Context, sd, nd *dirNode, newName string, flags uint32) syscall.Errno {
 	f := d.fsys
 	from := sd.getPath()
