@@ -69,6 +69,13 @@ type ArchiveConfig struct {
 	// starting compute reads older WAL from the archive). 0 (the default):
 	// nothing is removed until a consumer reports.
 	Retain uint64 `mapstructure:"retain"`
+	// ConsumerExpiry forgets a WAL consumer (a pageserver that ingests
+	// WAL) that stays behind the commit LSN without progress this long: a
+	// pageserver whose timeline was abandoned, or that went away for good,
+	// would otherwise keep every later WAL byte on the safekeepers' disks.
+	// Should it return, the WAL it needs that is gone from the disks is
+	// streamed from the archive. 0: never (default 1 h).
+	ConsumerExpiry time.Duration `mapstructure:"consumer_expiry"`
 	// Takeover: each segment has one uploader in the group (its owner);
 	// another member uploads it when it is still missing this long after
 	// it could have (default 30 s).
@@ -87,10 +94,11 @@ func DefaultConfig() Config {
 		VerifyOnStart:       true,
 		RawSyscalls:         true,
 		Archive: ArchiveConfig{
-			Prefix:       "wal",
-			PartialAfter: 10 * time.Second,
-			Interval:     time.Second,
-			Takeover:     30 * time.Second,
+			Prefix:         "wal",
+			PartialAfter:   10 * time.Second,
+			Interval:       time.Second,
+			Takeover:       30 * time.Second,
+			ConsumerExpiry: time.Hour,
 		},
 	}
 }
@@ -114,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Archive.Enabled && c.Archive.Interval <= 0 {
 		errs = append(errs, errors.New("archive.interval must be positive"))
+	}
+	if c.Archive.ConsumerExpiry < 0 {
+		errs = append(errs, fmt.Errorf("archive.consumer_expiry %s: want 0 (never) or a positive duration", c.Archive.ConsumerExpiry))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("safekeeper: config: %w", err)

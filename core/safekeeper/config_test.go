@@ -1,6 +1,9 @@
 package safekeeper
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestConfigValidate(t *testing.T) {
 	c := DefaultConfig()
@@ -16,6 +19,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.StatusInterval = 0 },
 		func(c *Config) { c.Slot = "bad slot" },
 		func(c *Config) { c.Archive.Enabled, c.Archive.Interval = true, 0 },
+		func(c *Config) { c.Archive.ConsumerExpiry = -time.Second },
 	} {
 		c := DefaultConfig()
 		mut(&c)

@@ -25,5 +25,6 @@ func BindFlags(fs *pflag.FlagSet, c *Config) {
 	fs.DurationVar(&c.Archive.Interval, "archive-interval", c.Archive.Interval, "how often the archiver looks for work")
 	fs.BoolVar(&c.Archive.KeepLocal, "archive-keep-local", c.Archive.KeepLocal, "keep local WAL even when archived and consumed")
 	fs.Uint64Var(&c.Archive.Retain, "archive-retain", c.Archive.Retain, "with no WAL consumer (a writeback-mode pageserver): remove archived WAL more than this many bytes below the flush LSN (0: keep it until a consumer reports)")
+	fs.DurationVar(&c.Archive.ConsumerExpiry, "archive-consumer-expiry", c.Archive.ConsumerExpiry, "forget a WAL consumer (pageserver) that stays behind the commit LSN without progress this long, so that it no longer holds local WAL (0: never)")
 	fs.DurationVar(&c.Archive.Takeover, "archive-takeover", c.Archive.Takeover, "upload a segment another safekeeper owns when it is still missing this long after it could have been (0: 30s)")
 }

@@ -24,6 +24,8 @@ type metrics struct {
 	slowRaw     prometheus.Counter
 	peerPolls   prometheus.Counter
 	fromArchive prometheus.Counter
+
+	consumersExpired prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
@@ -56,11 +58,13 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 			Help: "Rounds of status calls to the peers (for the commit LSN); one per flush of this node's at most, else every 50 ms while its flushed WAL is not known committed, else every second.", ConstLabels: c}),
 		fromArchive: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_archive_read_bytes_total",
 			Help: "Archived WAL read back to stream WAL this safekeeper removed (to a pageserver resuming below its start LSN).", ConstLabels: c}),
+		consumersExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_safekeeper_consumers_expired_total",
+			Help: "WAL consumers forgotten after staying behind the commit LSN without progress for archive.consumer_expiry (they no longer hold local WAL).", ConstLabels: c}),
 	}
 	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
 		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, m.fromArchive, free} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, m.fromArchive, m.consumersExpired, free} {
 			reg.MustRegister(col)
 		}
 	}

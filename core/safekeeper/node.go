@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -75,7 +74,7 @@ type Node struct {
 	commit    pg.LSN
 	commitCh  chan struct{}
 	peerFlush map[string]peerInfo
-	consumers map[string]server.Feedback
+	consumers *consumerSet
 	serverEnd pg.LSN
 	fullAt    pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
 	election  sync.Mutex // serializes Vote and Accept
@@ -105,7 +104,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	log := deps.Logger.With().Str("safekeeper", cfg.ID).Logger()
 	n := &Node{cfg: cfg, log: log, reg: reg, m: newMetrics(reg, cfg.ID, cfg.DataDir), wake: make(chan struct{}, 1),
-		commitCh: make(chan struct{}), wanted: make(chan struct{}, 1), peerFlush: map[string]peerInfo{}, consumers: map[string]server.Feedback{}}
+		commitCh: make(chan struct{}), wanted: make(chan struct{}, 1), peerFlush: map[string]peerInfo{}, consumers: newConsumerSet()}
 	var guard *rawio.Guard
 	if cfg.RawSyscalls {
 		guard = &rawio.Guard{OnSlow: func(op string, took time.Duration) {
@@ -651,22 +650,22 @@ func (n *Node) Feedback(consumer string, fb server.Feedback) {
 // noteConsumerLocked merges a consumer's progress, reported by the
 // consumer or by a peer, into what this node knows. REQUIRES: n.mu held.
 func (n *Node) noteConsumerLocked(consumer string, fb server.Feedback) {
-	n.consumers[consumer] = n.consumers[consumer].Max(fb)
+	n.consumers.note(consumer, fb, time.Now())
 }
 
-// consumerDurable is the lowest LSN that every known consumer made durable
-// (0 when there is no consumer).
-func (n *Node) consumerDurable() pg.LSN {
+// expireConsumers forgets the consumers that stayed behind the commit LSN
+// without progress for Archive.ConsumerExpiry.
+func (n *Node) expireConsumers() {
+	commit := n.CommitLSN()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	var low pg.LSN
-	first := true
-	for _, fb := range n.consumers {
-		if first || fb.Durable < low {
-			low, first = fb.Durable, false
-		}
+	gone := n.consumers.expire(time.Now(), commit, n.cfg.Archive.ConsumerExpiry)
+	n.mu.Unlock()
+	for id, fb := range gone {
+		n.m.consumersExpired.Inc()
+		n.log.Warn().Str("consumer", id).Stringer("durable", fb.Durable).Stringer("commit", commit).
+			Dur("expiry", n.cfg.Archive.ConsumerExpiry).
+			Msg("safekeeper: forgot a WAL consumer that made no progress for the expiry time; its WAL no longer holds local WAL back (should it return, what it needs is streamed from the archive)")
 	}
-	return low
 }
 
 // Status implements server.Backend.
@@ -675,7 +674,7 @@ func (n *Node) Status() server.Status {
 	n.mu.Lock()
 	a := n.acc.State()
 	commit := n.commit
-	consumers := maps.Clone(n.consumers)
+	consumers := n.consumers.snapshot()
 	n.mu.Unlock()
 	return server.Status{ID: n.cfg.ID, Term: a.Term, ComputeID: a.ComputeID, Accepted: a.Accepted, History: a.History,
 		StartLSN: c.StartLSN, FlushLSN: c.FlushLSN, CommitLSN: commit, ArchivedLSN: c.ArchivedLSN,
@@ -952,6 +951,7 @@ func (n *Node) archiveLoop(ctx context.Context) {
 		if n.cfg.Archive.KeepLocal {
 			continue
 		}
+		n.expireConsumers()
 		if b := n.removalBound(archived); b > 0 {
 			if err := n.st.RemoveBefore(b); err != nil {
 				n.log.Warn().Err(err).Msg("safekeeper: remove old WAL")
@@ -972,10 +972,10 @@ func (n *Node) archiveLoop(ctx context.Context) {
 //     Unset, nothing goes until a consumer reports.
 func (n *Node) removalBound(archived pg.LSN) pg.LSN {
 	n.mu.Lock()
-	consumers := len(n.consumers)
+	low, ok := n.consumers.lowestDurable()
 	n.mu.Unlock()
-	if consumers > 0 {
-		return min(archived, n.consumerDurable())
+	if ok {
+		return min(archived, low)
 	}
 	retain := pg.LSN(n.cfg.Archive.Retain)
 	flush := n.st.FlushLSN()
@@ -1008,6 +1008,5 @@ var (
 func (n *Node) ConsumerProgress(consumer string) (server.Feedback, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	fb, ok := n.consumers[consumer]
-	return fb, ok
+	return n.consumers.get(consumer)
 }

@@ -231,3 +231,94 @@ func TestConsumerProgressReachesEveryMember(t *testing.T) {
 		t.Fatalf("status reports the consumer at %+v, want %s", st.Consumers, end)
 	}
 }
+
+// TestGoneConsumerForgotten: before, a safekeeper never forgot a WAL
+// consumer, so a pageserver that went away for good (its timeline
+// abandoned) kept every later WAL byte on every safekeeper's disk. Now a
+// consumer that stays behind the commit LSN without progress for
+// archive.consumer_expiry is forgotten by every member, and the live
+// consumer's progress alone bounds the removal.
+func TestGoneConsumerForgotten(t *testing.T) {
+	const expiry = 3 * time.Second
+	c := startCluster(t, func(cfg *Config) {
+		cfg.Archive.KeepLocal = false
+		cfg.Archive.ConsumerExpiry = expiry
+	})
+	waitSync(t, c.srv, 3)
+	first := c.nodes[0].Store().StartLSN()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	consume := func(addr, id string) *server.Consumer {
+		cl, err := server.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		cons, err := cl.Consume(ctx, id, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons
+	}
+	// The old consumer reports once, to sk2, and goes away.
+	old := consume(c.cfgs[1].ListenAddr, "pageserver-old")
+	if err := old.Feedback(server.Feedback{Received: first, Durable: first}); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range c.nodes {
+		n := n
+		testpg.WaitFor(t, 30*time.Second, c.cfgs[i].ID+" to learn of the old consumer", func() bool {
+			_, ok := n.ConsumerProgress("pageserver-old")
+			return ok
+		})
+	}
+	old.Close()
+
+	cur := consume(c.cfgs[0].ListenAddr, "pageserver-new")
+	defer cur.Close()
+	c.srv.Exec("postgres", "CREATE TABLE filler (id int PRIMARY KEY, pad text)")
+	for b := 0; b < 10; b++ { // about 55 MB of WAL
+		c.srv.Exec("postgres", "INSERT INTO filler SELECT g, repeat(md5(g::text), 16) FROM generate_series("+
+			itoa(b*5000+1)+", "+itoa((b+1)*5000)+") g")
+	}
+	end := testpg.FlushLSN(t, c.srv)
+	for pos := first; pos < end; {
+		ch, err := cur.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = ch.Start + pg.LSN(len(ch.Data))
+	}
+	if err := cur.Feedback(server.Feedback{Received: end, Durable: end}); err != nil {
+		t.Fatal(err)
+	}
+	seg := uint64(pg.WALSegmentSize)
+	want := pg.LSN(uint64(end) / seg * seg)
+	for i, n := range c.nodes {
+		n := n
+		testpg.WaitFor(t, 60*time.Second, c.cfgs[i].ID+" to forget the old consumer and remove the WAL the new one made durable", func() bool {
+			return n.Store().StartLSN() >= want
+		})
+		if _, ok := n.ConsumerProgress("pageserver-old"); ok {
+			t.Fatalf("%s removed WAL up to %s but still lists the old consumer", c.cfgs[i].ID, n.Store().StartLSN())
+		}
+		if fb, ok := n.ConsumerProgress("pageserver-new"); !ok || fb.Durable != end {
+			t.Fatalf("%s knows the new consumer at %+v (%v), want durable %s", c.cfgs[i].ID, fb, ok, end)
+		}
+		if got := testutil.ToFloat64(n.m.consumersExpired); got != 1 {
+			t.Fatalf("%s: strata_safekeeper_consumers_expired_total %v, want 1", c.cfgs[i].ID, got)
+		}
+		if st := n.Store(); st.StartLSN() > st.Control().ArchivedLSN || st.StartLSN() > end {
+			t.Fatalf("%s removed up to %s: archived %s, consumer durable %s", c.cfgs[i].ID, st.StartLSN(), st.Control().ArchivedLSN, end)
+		}
+		t.Logf("%s: local WAL from %s (old consumer forgotten at %s, new one durable at %s)", c.cfgs[i].ID, n.Store().StartLSN(), first, end)
+	}
+	// The old consumer comes back from where it was: what it needs is
+	// gone from the disks and streamed from the archive, byte for byte.
+	var addrs []string
+	for _, cfg := range c.cfgs {
+		addrs = append(addrs, cfg.ListenAddr)
+	}
+	got := streamWAL(t, addrs, first, want+1<<20)
+	testpg.CompareBytes(t, c.srv, first, got, "WAL of the forgotten consumer, streamed from the archive")
+}
