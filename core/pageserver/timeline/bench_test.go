@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -378,4 +379,94 @@ func BenchmarkListRels(b *testing.B) {
 			b.Fatalf("%d relations, %v; want 40", len(rels), err)
 		}
 	}
+}
+
+// BenchmarkScanKeys: ScanKeys over a million keys (the walk of a full
+// image pass over an 8 GB database) in 20 interleaved delta files, then in
+// the tiled image files of an image pass over them: windows of merged
+// layer indexes and, for comparison, how every scan ran before (one map of
+// every key, then one sorted slice: oneMapScan). peak-MB is the
+// highest heap in use above the timeline's own during the scan.
+func BenchmarkScanKeys(b *testing.B) {
+	const keys, files = 1 << 20, 20
+	ctx := context.Background()
+	tl := benchTimeline(b)
+	tl.opts.LayerTargetSize = 1 << 20 // tiled image files of about 25,000 keys
+	data := make([]byte, 16)
+	lsn := pg.LSN(0)
+	for f := 0; f < files; f++ {
+		var cs []Change
+		for j := f; j < keys; j += files {
+			lsn++
+			cs = append(cs, Change{Key: keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: uint32(16384 + j%64), Block: uint32(j / 64)}), LSN: lsn, Kind: layer.Image, Data: data})
+		}
+		if err := tl.Ingest(ctx, cs, lsn); err != nil {
+			b.Fatal(err)
+		}
+		if err := tl.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	scan := func(b *testing.B, upto pg.LSN) {
+		for _, c := range []struct {
+			name string
+			scan func(fn func(keyspace.Key) error) error
+		}{
+			{"windows", func(fn func(keyspace.Key) error) error { return tl.ScanKeys(ctx, keyspace.All, upto, fn) }},
+			{"one-map", func(fn func(keyspace.Key) error) error { return oneMapScan(ctx, tl, keyspace.All, upto, fn) }},
+		} {
+			b.Run(c.name, func(b *testing.B) {
+				var peak uint64
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					runtime.GC()
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					base := ms.HeapInuse
+					stop, done := make(chan struct{}), make(chan struct{})
+					go func() { // sample the heap while the scan runs
+						defer close(done)
+						t := time.NewTicker(time.Millisecond)
+						defer t.Stop()
+						for {
+							var ms runtime.MemStats
+							runtime.ReadMemStats(&ms)
+							if ms.HeapInuse > base {
+								peak = max(peak, ms.HeapInuse-base)
+							}
+							select {
+							case <-stop:
+								return
+							case <-t.C:
+							}
+						}
+					}()
+					b.StartTimer()
+					n := 0
+					if err := c.scan(func(keyspace.Key) error { n++; return nil }); err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					close(stop)
+					<-done
+					if n != keys {
+						b.Fatalf("scan found %d keys, want %d", n, keys)
+					}
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(peak)/(1<<20), "peak-MB")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keys), "ns/key")
+			})
+		}
+	}
+	b.Run("deltas", func(b *testing.B) { scan(b, lsn) })
+	if err := tl.CreateImageLayer(ctx, lsn); err != nil {
+		b.Fatal(err)
+	}
+	// The images are the newest files: a scan below them walks the deltas
+	// again, one at their LSN walks every file.
+	b.Run("images", func(b *testing.B) {
+		b.Logf("%d layer files", len(tl.Layers()))
+		scan(b, lsn)
+	})
 }

@@ -213,6 +213,10 @@ func runModel(t *testing.T, seed int64, steps int) int {
 	if seed%2 == 1 {
 		opts.LayerTargetSize = 256
 	}
+	// Scans (the image passes, the checks below) walk windows of one to
+	// five keys, so that windows end inside files and between in-memory
+	// keys (TestBranch checks windows over an ancestor's files).
+	opts.scanWindow = 1 + int(seed%5)
 	open := func() *Timeline {
 		tl, err := Open(ctx, id, dir, opts, Deps{Log: zerolog.Nop(), Commit: commit, Redo: concatRedo{}, Remote: remote})
 		if err != nil {
@@ -284,14 +288,21 @@ func runModel(t *testing.T, seed int64, steps int) int {
 		if rng.Intn(4) == 0 {
 			upto = LatestLSN
 		}
-		var all []keyspace.Key
+		var all, every []keyspace.Key
 		if err := tl.ScanKeys(ctx, keyspace.RelsRange, upto, func(k keyspace.Key) error {
+			every = append(every, k)
 			if k.IsRelSize() {
 				all = append(all, k)
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
+		}
+		// The same keys as the earlier walk (one map of every key) finds.
+		var whole []keyspace.Key
+		err := oneMapScan(ctx, tl, keyspace.RelsRange, upto, func(k keyspace.Key) error { whole = append(whole, k); return nil })
+		if err != nil || fmt.Sprint(every) != fmt.Sprint(whole) {
+			t.Fatalf("step %d (%s): keys at %s in windows of %d: %v; one map of every key: %v (%v)", step, what, upto, opts.scanWindow, every, whole, err)
 		}
 		sizes, err := tl.relSizeKeys(ctx, keyspace.RelsRange, upto)
 		if err != nil || fmt.Sprint(sizes) != fmt.Sprint(all) {

@@ -301,25 +301,6 @@ func (t *Timeline) Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint
 	return binary.BigEndian.Uint32(d), true, nil
 }
 
-// ScanKeys calls fn, in key order, for every key in r that has any version
-// at or below upto (including keys whose newest version is a tombstone).
-func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, fn func(keyspace.Key) error) error {
-	set := map[keyspace.Key]bool{}
-	if err := t.scanInto(ctx, r, upto, set); err != nil {
-		return err
-	}
-	for _, k := range sortedKeys(set) {
-		if err := fn(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (t *Timeline) scanInto(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) error {
-	return t.scanWith(ctx, r, upto, set, func(keyspace.Key) bool { return true }, walkKeys)
-}
-
 // scanWith adds to set the keys in r that have a version at or below upto
 // and that keep accepts: those of the pending versions, the in-memory
 // layers, the layer files (walk reads a file's index) and the ancestor's.
@@ -357,28 +338,6 @@ func (t *Timeline) scanWith(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 		return a.scanWith(ctx, r, min(upto, t.d.AncestorLSN), set, keep, walk)
 	}
 	return nil
-}
-
-// walkKeys adds every key of a layer file in r with a version at or below
-// upto.
-func walkKeys(rd *layer.Reader, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool) {
-	// The index is sorted by key, then LSN: a key's versions at or below
-	// upto come first, and the map needs the key once.
-	var last keyspace.Key
-	have := false
-	for i := rd.Seek(r.Start); i < rd.Len(); i++ {
-		e := rd.Entry(i)
-		if have && e.Key == last {
-			continue
-		}
-		if !e.Key.Less(r.End) {
-			break
-		}
-		if e.LSN <= upto {
-			set[e.Key] = true
-			last, have = e.Key, true
-		}
-	}
 }
 
 // relSizeKeys returns, in key order, the relation size keys in r that

@@ -140,6 +140,10 @@ type Options struct {
 	BackgroundInterval time.Duration
 	// NoBackground disables the background loop (tests drive it by hand).
 	NoBackground bool
+
+	// scanWindow is how many keys of the layer files a scan takes per
+	// window (0: scanWindowKeys); tests make it tiny.
+	scanWindow int
 }
 
 // DefaultOptions returns the defaults.

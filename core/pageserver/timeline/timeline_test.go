@@ -266,6 +266,16 @@ func TestBranch(t *testing.T) {
 	if got, _ := child.GetPage(ctx, rel.Page(0), 210, 0); !bytes.Equal(got, page(1)) {
 		t.Fatal("branch image layer")
 	}
+	// A scan of the branch in windows of one key finds what one window
+	// finds, over its own files and its ancestor's.
+	_, _ = child.PutPages(ctx, []PageWrite{{Page: rel.Page(7), W: 220, Data: page(6)}})
+	for _, upto := range []pg.LSN{150, 210, LatestLSN} {
+		for _, tl := range []*Timeline{child, parent} {
+			if len(scanInWindows(t, tl, upto, 1)) == 0 {
+				t.Fatalf("no key at %s", upto)
+			}
+		}
+	}
 	child.Close()
 }
 
