@@ -190,23 +190,8 @@ func TestConsumerProgressReachesEveryMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	c.srv.Exec("postgres", "CREATE TABLE filler (id int PRIMARY KEY, pad text)")
-	for b := 0; b < 10; b++ { // about 55 MB of WAL
-		c.srv.Exec("postgres", "INSERT INTO filler SELECT g, repeat(md5(g::text), 16) FROM generate_series("+
-			itoa(b*5000+1)+", "+itoa((b+1)*5000)+") g")
-	}
-	end := testpg.FlushLSN(t, c.srv)
-	// The consumer reads to end and reports it durable, to sk1 only.
-	for pos := first; pos < end; {
-		ch, err := cons.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos = ch.Start + pg.LSN(len(ch.Data))
-	}
-	if err := cons.Feedback(server.Feedback{Received: end, Durable: end}); err != nil {
-		t.Fatal(err)
-	}
+	// The consumer reads to the end and reports it durable, to sk1 only.
+	end := consumeFiller(t, c, cons, first)
 	seg := uint64(pg.WALSegmentSize)
 	want := pg.LSN(uint64(end) / seg * seg)
 	for i, n := range c.nodes {
@@ -276,22 +261,7 @@ func TestGoneConsumerForgotten(t *testing.T) {
 
 	cur := consume(c.cfgs[0].ListenAddr, "pageserver-new")
 	defer cur.Close()
-	c.srv.Exec("postgres", "CREATE TABLE filler (id int PRIMARY KEY, pad text)")
-	for b := 0; b < 10; b++ { // about 55 MB of WAL
-		c.srv.Exec("postgres", "INSERT INTO filler SELECT g, repeat(md5(g::text), 16) FROM generate_series("+
-			itoa(b*5000+1)+", "+itoa((b+1)*5000)+") g")
-	}
-	end := testpg.FlushLSN(t, c.srv)
-	for pos := first; pos < end; {
-		ch, err := cur.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos = ch.Start + pg.LSN(len(ch.Data))
-	}
-	if err := cur.Feedback(server.Feedback{Received: end, Durable: end}); err != nil {
-		t.Fatal(err)
-	}
+	end := consumeFiller(t, c, cur, first)
 	seg := uint64(pg.WALSegmentSize)
 	want := pg.LSN(uint64(end) / seg * seg)
 	for i, n := range c.nodes {
@@ -321,4 +291,28 @@ func TestGoneConsumerForgotten(t *testing.T) {
 	}
 	got := streamWAL(t, addrs, first, want+1<<20)
 	testpg.CompareBytes(t, c.srv, first, got, "WAL of the forgotten consumer, streamed from the archive")
+}
+
+// consumeFiller writes about 55 MB of WAL, reads it from cons (which
+// streams from first) and reports it received and durable; it returns
+// the end of that WAL.
+func consumeFiller(t *testing.T, c *cluster, cons *server.Consumer, first pg.LSN) pg.LSN {
+	t.Helper()
+	c.srv.Exec("postgres", "CREATE TABLE filler (id int PRIMARY KEY, pad text)")
+	for b := 0; b < 10; b++ {
+		c.srv.Exec("postgres", "INSERT INTO filler SELECT g, repeat(md5(g::text), 16) FROM generate_series("+
+			itoa(b*5000+1)+", "+itoa((b+1)*5000)+") g")
+	}
+	end := testpg.FlushLSN(t, c.srv)
+	for pos := first; pos < end; {
+		ch, err := cons.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = ch.Start + pg.LSN(len(ch.Data))
+	}
+	if err := cons.Feedback(server.Feedback{Received: end, Durable: end}); err != nil {
+		t.Fatal(err)
+	}
+	return end
 }
