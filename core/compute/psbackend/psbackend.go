@@ -989,9 +989,12 @@ func (b *Backend) TruncateFile(ctx context.Context, p string, size int64, w pg.L
 	return nil
 }
 
-// Rename implements fusefs.Backend as write-target-then-unlink-source, all
-// at w: not atomic on the pageserver (a crash in between leaves both
-// files, the target complete).
+// Rename implements fusefs.Backend as replace-target-then-unlink-source,
+// both at w: not atomic on the pageserver (a crash in between leaves both
+// files), but the target is never torn: its new content and size are one
+// step (ReplaceFile; before, a write then a truncate, and a crash between
+// them left a target that had been longer with the new content and the
+// old tail).
 func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
 	if err := b.settle(ctx); err != nil {
@@ -1011,13 +1014,7 @@ func (b *Backend) Rename(ctx context.Context, from, to string, w pg.LSN) error {
 	}
 	data := bytes.Clone(f.data)
 	b.mu.Unlock()
-	if len(data) > 0 {
-		if err := b.note(w)(b.c.WriteFileAck(ctx, b.tl, to, 0, data, w)); err != nil {
-			b.invalidate(to)
-			return err
-		}
-	}
-	if err := b.note(w)(b.c.TruncateFileAck(ctx, b.tl, to, int64(len(data)), w)); err != nil {
+	if err := b.note(w)(b.c.ReplaceFileAck(ctx, b.tl, to, data, w)); err != nil {
 		b.invalidate(to)
 		return err
 	}

@@ -502,6 +502,12 @@ func (c *Client) TruncateFileAck(ctx context.Context, tl pg.TimelineID, path str
 	return c.fileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_TRUNCATE, Path: path, Size: size, W: uint64(w)})
 }
 
+// ReplaceFileAck makes data the whole content of a non-relation file at W
+// (created if needed), in one step, and returns the Ack.
+func (c *Client) ReplaceFileAck(ctx context.Context, tl pg.TimelineID, path string, data []byte, w pg.LSN) (Ack, error) {
+	return c.fileOp(ctx, &pb.FileOpRequest{Timeline: tl[:], Op: pb.FileOpRequest_REPLACE, Path: path, Data: data, W: uint64(w)})
+}
+
 // UnlinkFile removes a non-relation file at W.
 func (c *Client) UnlinkFile(ctx context.Context, tl pg.TimelineID, path string, w pg.LSN) error {
 	_, err := c.UnlinkFileAck(ctx, tl, path, w)

@@ -137,6 +137,9 @@ const (
 	FileOpRequest_WRITE    FileOpRequest_Op = 0
 	FileOpRequest_TRUNCATE FileOpRequest_Op = 1
 	FileOpRequest_UNLINK   FileOpRequest_Op = 2
+	// data becomes the whole content of the file (created if needed), in
+	// one step: a rename over a longer file is never torn.
+	FileOpRequest_REPLACE FileOpRequest_Op = 3
 )
 
 // Enum value maps for FileOpRequest_Op.
@@ -145,11 +148,13 @@ var (
 		0: "WRITE",
 		1: "TRUNCATE",
 		2: "UNLINK",
+		3: "REPLACE",
 	}
 	FileOpRequest_Op_value = map[string]int32{
 		"WRITE":    0,
 		"TRUNCATE": 1,
 		"UNLINK":   2,
+		"REPLACE":  3,
 	}
 )
 
@@ -2156,7 +2161,7 @@ const file_pageserver_proto_rawDesc = "" +
 	"requestLsn\"G\n" +
 	"\x0fGetFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12 \n" +
-	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\x84\x02\n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\x91\x02\n" +
 	"\rFileOpRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x126\n" +
 	"\x02op\x18\x02 \x01(\x0e2&.strata.pageserver.v1.FileOpRequest.OpR\x02op\x12\x12\n" +
@@ -2165,12 +2170,13 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x03R\x04size\x12\f\n" +
 	"\x01w\x18\a \x01(\x04R\x01w\x12\x12\n" +
-	"\x04term\x18\b \x01(\x04R\x04term\")\n" +
+	"\x04term\x18\b \x01(\x04R\x04term\"6\n" +
 	"\x02Op\x12\t\n" +
 	"\x05WRITE\x10\x00\x12\f\n" +
 	"\bTRUNCATE\x10\x01\x12\n" +
 	"\n" +
-	"\x06UNLINK\x10\x02\"O\n" +
+	"\x06UNLINK\x10\x02\x12\v\n" +
+	"\aREPLACE\x10\x03\"O\n" +
 	"\x10ListFilesRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1f\n" +
 	"\vrequest_lsn\x18\x02 \x01(\x04R\n" +

@@ -301,8 +301,8 @@ func (s *Server) GetFile(ctx context.Context, r *pb.GetFileRequest) (*pb.GetFile
 	return &pb.GetFileResponse{Data: d, Incarnation: s.ps.Incarnation()}, nil
 }
 
-// FileOp writes, truncates or unlinks a non-relation file (gated, fenced
-// by term).
+// FileOp writes, truncates, replaces or unlinks a non-relation file
+// (gated, fenced by term).
 func (s *Server) FileOp(ctx context.Context, r *pb.FileOpRequest) (*pb.PutPagesResponse, error) {
 	id, err := tlID(r.Timeline)
 	if err != nil {
@@ -316,6 +316,8 @@ func (s *Server) FileOp(ctx context.Context, r *pb.FileOpRequest) (*pb.PutPagesR
 			return tl.TruncateFile(ctx, r.Path, r.Size, pg.LSN(r.W))
 		case pb.FileOpRequest_UNLINK:
 			return tl.UnlinkFile(ctx, r.Path, pg.LSN(r.W))
+		case pb.FileOpRequest_REPLACE:
+			return tl.ReplaceFile(ctx, r.Path, r.Data, pg.LSN(r.W))
 		}
 		return status.Errorf(codes.InvalidArgument, "file op %v", r.Op)
 	})

@@ -211,6 +211,57 @@ func TestFiles(t *testing.T) {
 	}
 }
 
+// TestReplaceFile: ReplaceFile makes data the whole file in one step,
+// shorter or longer than before or new; earlier LSNs read the old content,
+// and an extension after a shrink reads zeros, not the old tail.
+func TestReplaceFile(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	tl := openT(t, t.TempDir(), commit, nil, pg.TimelineID{6}, nil, 0)
+	defer tl.Close()
+	long := bytes.Repeat([]byte("old!"), 3*8192/4+2) // three blocks and 8 bytes
+	if err := tl.WriteFile(ctx, "postgresql.auto.conf", 0, long, 10); err != nil {
+		t.Fatal(err)
+	}
+	short := []byte("work_mem = '64MB'\n")
+	if err := tl.ReplaceFile(ctx, "postgresql.auto.conf", short, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tl.ReadFile(ctx, "postgresql.auto.conf", LatestLSN); err != nil || !bytes.Equal(got, short) {
+		t.Fatalf("after a shorter replace: %q, %v", got, err)
+	}
+	if got, _ := tl.ReadFile(ctx, "postgresql.auto.conf", 15); !bytes.Equal(got, long) {
+		t.Fatalf("at 15, before the replace: %d bytes", len(got))
+	}
+	if err := tl.WriteFile(ctx, "postgresql.auto.conf", 2*8192, []byte("Z"), 30); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := tl.ReadFile(ctx, "postgresql.auto.conf", LatestLSN)
+	if len(got) != 2*8192+1 || !bytes.Equal(got[:len(short)], short) || bytes.Count(got[len(short):2*8192], []byte{0}) != 2*8192-len(short) {
+		t.Fatalf("extended after the replace: %d bytes, old bytes past the replaced end", len(got))
+	}
+	longer := bytes.Repeat([]byte("new"), 9000)
+	if err := tl.ReplaceFile(ctx, "postgresql.auto.conf", longer, 40); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tl.ReadFile(ctx, "postgresql.auto.conf", LatestLSN); !bytes.Equal(got, longer) {
+		t.Fatalf("after a longer replace: %d bytes", len(got))
+	}
+	if err := tl.ReplaceFile(ctx, "pg_logical/replorigin_checkpoint", []byte("fresh"), 50); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tl.ReadFile(ctx, "pg_logical/replorigin_checkpoint", LatestLSN); string(got) != "fresh" {
+		t.Fatalf("a new file by replace: %q", got)
+	}
+	if err := tl.ReplaceFile(ctx, "postgresql.auto.conf", nil, 60); err != nil {
+		t.Fatal(err)
+	}
+	if size, ok, err := tl.StatFile(ctx, "postgresql.auto.conf", LatestLSN); err != nil || !ok || size != 0 {
+		t.Fatalf("replaced by nothing: size %d, exists %v, %v", size, ok, err)
+	}
+}
+
 // TestBranch: a branch at X reads the parent's state at X, keeps it when
 // the parent changes later ("branch before DELETE reads deleted rows"),
 // and its own writes do not leak into the parent.

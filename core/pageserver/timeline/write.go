@@ -599,6 +599,33 @@ func (t *Timeline) TruncateFile(ctx context.Context, path string, size int64, w 
 	return t.putLocked(cs, true, true)
 }
 
+// ReplaceFile makes data the whole content of a non-relation file at W
+// (gated), creating it if needed, in one step: its blocks, the tombstones
+// of the old blocks past the new end and the new size are stored
+// together. A rename over an existing file (write-temp-then-rename) done
+// as a write and a truncate could be torn between the two: the new
+// content with the old tail.
+func (t *Timeline) ReplaceFile(ctx context.Context, path string, data []byte, w pg.LSN) error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	old, _, err := t.StatFile(ctx, path, LatestLSN)
+	if err != nil {
+		return err
+	}
+	var cs []Change
+	for blk := int64(0); blk*pg.BlockSize < int64(len(data)); blk++ {
+		page := data[blk*pg.BlockSize : min(int64(len(data)), (blk+1)*pg.BlockSize)]
+		if len(page) < pg.BlockSize {
+			page = append(make([]byte, 0, pg.BlockSize), page...)
+			page = page[:pg.BlockSize] // zeros past the end, so an extension reads zeros
+		}
+		cs = append(cs, Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: w, Kind: layer.Image, Data: page})
+	}
+	cs = append(cs, t.cutBlocks(path, int64(len(data)), old, w)...)
+	cs = append(cs, Change{Key: keyspace.FileMeta(path), LSN: w, Kind: layer.Image, Data: encodeMeta(path, int64(len(data)))})
+	return t.putLocked(cs, true, true)
+}
+
 // cutBlocks returns tombstones for the blocks wholly past size (up to the
 // old size), so that a later extension reads zeros there.
 func (t *Timeline) cutBlocks(path string, size, old int64, w pg.LSN) []Change {

@@ -160,6 +160,27 @@ func files(t *testing.T, be fusefs.Backend) {
 	if _, err := be.ReadFile(ctx, "global/pg_control.tmp", 0, buf); !errors.Is(err, fusefs.ErrNotFound) {
 		t.Fatalf("rename source: %v", err)
 	}
+	// ... and over a longer file: the target is the source, exactly (no
+	// tail of the old content).
+	long := bytes.Repeat([]byte("x"), 3*8192+7)
+	for p, d := range map[string][]byte{"global/auto.conf": long, "global/auto.conf.tmp": []byte("short")} {
+		if err := be.CreateFile(ctx, p, 0o600, 6); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.WriteFile(ctx, p, 0, d, 6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.Rename(ctx, "global/auto.conf.tmp", "global/auto.conf", 6); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, len(long)+10)
+	if n, err := be.ReadFile(ctx, "global/auto.conf", 0, big); err != nil || string(big[:n]) != "short" {
+		t.Fatalf("after a rename over a longer file: %d bytes %q, %v", n, big[:min(n, 16)], err)
+	}
+	if err := be.Remove(ctx, "global/auto.conf", 6); err != nil {
+		t.Fatal(err)
+	}
 	if err := be.Remove(ctx, "global", 7); !errors.Is(err, fusefs.ErrNotEmpty) {
 		t.Fatalf("remove non-empty folder: %v", err)
 	}
