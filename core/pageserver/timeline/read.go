@@ -303,7 +303,8 @@ func (t *Timeline) Nblocks(ctx context.Context, rel pg.RelTag, lsn pg.LSN) (uint
 
 // scanWith adds to set the keys in r that have a version at or below upto
 // and that keep accepts: those of the pending versions, the in-memory
-// layers, the layer files (walk reads a file's index) and the ancestor's.
+// layers, the layer files (walk reads a file's index; nil: no file is
+// read, ScanKeys merges them itself) and the ancestor's.
 func (t *Timeline) scanWith(ctx context.Context, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool,
 	keep func(keyspace.Key) bool, walk func(rd *layer.Reader, r keyspace.Range, upto pg.LSN, set map[keyspace.Key]bool)) error {
 	t.mu.RLock()
@@ -324,6 +325,9 @@ func (t *Timeline) scanWith(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 		m.Keys(r, upto, add)
 	}
 	for _, h := range lm.Overlapping(r, upto) {
+		if walk == nil {
+			break
+		}
 		rd, err := h.acquire(ctx)
 		if errors.Is(err, errLayerGone) {
 			continue // its versions are in the layers that replaced it

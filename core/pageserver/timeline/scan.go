@@ -76,9 +76,10 @@ func (t *Timeline) windowKeys(ctx context.Context, r keyspace.Range, upto pg.LSN
 		}
 	}
 	cs.release()
-	// The pending versions and in-memory layers below the window's end.
+	// The pending versions and in-memory layers below the window's end
+	// (theirs and the ancestors'; no layer file is read again).
 	mem := map[keyspace.Key]bool{}
-	if err := t.scanWith(ctx, keyspace.Range{Start: r.Start, End: end}, upto, mem, func(keyspace.Key) bool { return true }, noFiles); err != nil {
+	if err := t.scanWith(ctx, keyspace.Range{Start: r.Start, End: end}, upto, mem, func(keyspace.Key) bool { return true }, nil); err != nil {
 		return nil, r.End, err
 	}
 	if len(mem) > 0 {
@@ -91,10 +92,6 @@ func (t *Timeline) windowKeys(ctx context.Context, r keyspace.Range, upto pg.LSN
 	}
 	return out, end, nil
 }
-
-// noFiles is a scanWith walk that reads no layer file (windowKeys merges
-// them itself).
-func noFiles(*layer.Reader, keyspace.Range, pg.LSN, map[keyspace.Key]bool) {}
 
 // openCursors adds a cursor, at its first key in r with a version at or
 // below upto, for each layer file of t and its ancestors that has one.
