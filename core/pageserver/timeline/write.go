@@ -616,8 +616,8 @@ func (t *Timeline) ReplaceFile(ctx context.Context, path string, data []byte, w 
 	for blk := int64(0); blk*pg.BlockSize < int64(len(data)); blk++ {
 		page := data[blk*pg.BlockSize : min(int64(len(data)), (blk+1)*pg.BlockSize)]
 		if len(page) < pg.BlockSize {
-			page = append(make([]byte, 0, pg.BlockSize), page...)
-			page = page[:pg.BlockSize] // zeros past the end, so an extension reads zeros
+			// The last block: zeros past the end, so an extension reads zeros.
+			page = append(page[:len(page):len(page)], make([]byte, pg.BlockSize-len(page))...)
 		}
 		cs = append(cs, Change{Key: keyspace.FileBlock(path, uint32(blk)), LSN: w, Kind: layer.Image, Data: page})
 	}
