@@ -178,18 +178,9 @@ func TestConsumerProgressReachesEveryMember(t *testing.T) {
 	c := startCluster(t, func(cfg *Config) { cfg.Archive.KeepLocal = false })
 	waitSync(t, c.srv, 3)
 	first := c.nodes[0].Store().StartLSN()
-	cl, err := server.Dial(c.cfgs[0].ListenAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cons, err := cl.Consume(ctx, "pageserver-x", first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
+	cl, cons := startConsumer(ctx, t, c.cfgs[0].ListenAddr, "pageserver-x", first)
 	// The consumer reads to the end and reports it durable, to sk1 only.
 	end := consumeFiller(t, c, cons, first)
 	seg := uint64(pg.WALSegmentSize)
@@ -233,20 +224,8 @@ func TestGoneConsumerForgotten(t *testing.T) {
 	first := c.nodes[0].Store().StartLSN()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	consume := func(addr, id string) *server.Consumer {
-		cl, err := server.Dial(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cl.Close() })
-		cons, err := cl.Consume(ctx, id, first)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons
-	}
 	// The old consumer reports once, to sk2, and goes away.
-	old := consume(c.cfgs[1].ListenAddr, "pageserver-old")
+	_, old := startConsumer(ctx, t, c.cfgs[1].ListenAddr, "pageserver-old", first)
 	if err := old.Feedback(server.Feedback{Received: first, Durable: first}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +238,7 @@ func TestGoneConsumerForgotten(t *testing.T) {
 	}
 	old.Close()
 
-	cur := consume(c.cfgs[0].ListenAddr, "pageserver-new")
-	defer cur.Close()
+	_, cur := startConsumer(ctx, t, c.cfgs[0].ListenAddr, "pageserver-new", first)
 	end := consumeFiller(t, c, cur, first)
 	seg := uint64(pg.WALSegmentSize)
 	want := pg.LSN(uint64(end) / seg * seg)
@@ -291,6 +269,24 @@ func TestGoneConsumerForgotten(t *testing.T) {
 	}
 	got := streamWAL(t, addrs, first, want+1<<20)
 	testpg.CompareBytes(t, c.srv, first, got, "WAL of the forgotten consumer, streamed from the archive")
+}
+
+// startConsumer streams WAL from first as consumer id, from the
+// safekeeper at addr, and returns the client and the stream; the test's
+// cleanup closes both.
+func startConsumer(ctx context.Context, t *testing.T, addr, id string, first pg.LSN) (*server.Client, *server.Consumer) {
+	t.Helper()
+	cl, err := server.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cons, err := cl.Consume(ctx, id, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cons.Close() })
+	return cl, cons
 }
 
 // consumeFiller writes about 55 MB of WAL, reads it from cons (which
