@@ -236,14 +236,21 @@ func (s *session) run(ctx context.Context) error {
 	go func() { errc <- s.receive() }()
 	go func() { errc <- s.flushLoop(ctx) }()
 	var err error
+	left := 2
 	select {
 	case err = <-errc:
+		left--
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	cancel()
 	s.nc.Close() // unblocks the receiver
-	<-errc
+	// Wait for both: the caller may close the store once this returns, and
+	// a flush still under way would then finish on a closed store (before,
+	// only one was waited for when ctx ended first).
+	for ; left > 0; left-- {
+		<-errc
+	}
 	return err
 }
 

@@ -467,7 +467,12 @@ func (s *Store) FlushNotify() <-chan struct{} {
 	return s.flushCh
 }
 
+// notify wakes the FlushNotify waiters. REQUIRES: s.mu held. A closed
+// store's channel is closed for good.
 func (s *Store) notify() {
+	if s.closed {
+		return
+	}
 	close(s.flushCh)
 	s.flushCh = make(chan struct{})
 }
@@ -627,6 +632,12 @@ func (s *Store) Flush() (pg.LSN, error) {
 	}
 
 	s.mu.Lock()
+	if s.closed {
+		// Closed while the bytes went to disk: Close closed the segments
+		// and the notify channel; nothing here is this store's any more.
+		s.mu.Unlock()
+		return 0, ErrClosed
+	}
 	s.flushLSN = target
 	for _, p := range pend {
 		copy(p.seg.durable[p.lo:], p.synced)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stratadb/strata/internal/rawio"
 	"github.com/stratadb/strata/sdk/pg"
@@ -346,5 +347,39 @@ func TestReadInto(t *testing.T) {
 	f.Close()
 	if _, err := s.ReadInto(start, buf); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("ReadInto over a corrupt block: %v", err)
+	}
+}
+
+// TestCloseDuringFlush: a store closed while a Flush had its bytes on the
+// way to disk (a safekeeper shutting down under load). Before, the Flush
+// then woke the flush waiters by closing the channel Close had closed
+// already, and the process panicked ("close of closed channel", seen in
+// CI in core/pageserver/e2e). Now the Flush returns ErrClosed, and the
+// waiters' channel stays closed.
+func TestCloseDuringFlush(t *testing.T) {
+	var s *Store
+	var err error
+	s, err = Open(Options{Dir: t.TempDir(), SegmentSize: testSeg, Guard: &rawio.Guard{},
+		ObserveFsync: func(time.Duration) { s.Close() }}) // runs between the I/O and the bookkeeping
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(pg.LSN(testSeg), 42, 1); err != nil {
+		t.Fatal(err)
+	}
+	waiter := s.FlushNotify()
+	if err := s.Write(pg.LSN(testSeg), []byte("bytes in flight")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Flush(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("flush of a store closed under it: %v, want ErrClosed", err)
+	}
+	select {
+	case <-waiter:
+	default:
+		t.Fatal("a flush waiter was not woken by Close")
+	}
+	if _, err := s.Flush(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("flush after close: %v", err)
 	}
 }
