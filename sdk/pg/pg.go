@@ -6,6 +6,7 @@
 package pg
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,6 +15,12 @@ import (
 
 // BlockSize is the size of a Postgres page (BLCKSZ), in bytes.
 const BlockSize = 8192
+
+var zeroPage [BlockSize]byte
+
+// IsZeroPage reports whether p is a page of BlockSize zero bytes (what
+// Postgres writes to extend a relation).
+func IsZeroPage(p []byte) bool { return len(p) == BlockSize && bytes.Equal(p, zeroPage[:]) }
 
 // WALSegmentSize is the default size of a WAL segment file, in bytes.
 const WALSegmentSize = 16 << 20

@@ -143,7 +143,7 @@ type Backend struct {
 }
 
 type bufPage struct {
-	data []byte
+	data []byte // nil: a page of zeros (sent without its 8 KiB)
 	w    pg.LSN
 }
 
@@ -434,7 +434,11 @@ func (b *Backend) ReadPages(ctx context.Context, keys []pg.PageKey, notModifiedS
 			errs[i] = fmt.Errorf("%w: block %s past the end (%d blocks)", fusefs.ErrNotFound, k, n)
 		default:
 			if p, ok := b.buf[k]; ok {
-				copy(pages[i], p.data)
+				if p.data == nil {
+					clear(pages[i])
+				} else {
+					copy(pages[i], p.data)
+				}
 				continue
 			}
 			reqs = append(reqs, client.PageRequest{Page: k, RequestLSN: client.LatestLSN, NotModifiedSince: min(notModifiedSince[i], b.maxW)})
@@ -474,15 +478,15 @@ func (b *Backend) ReadPages(ctx context.Context, keys []pg.PageKey, notModifiedS
 // versions left from before a truncation never show through a hole.
 func (b *Backend) putZeros(ctx context.Context, rel pg.RelTag, from, to uint32, w pg.LSN) error {
 	for blk := from; blk < to; blk++ {
-		if err := b.buffer(ctx, rel.Page(blk), make([]byte, pg.BlockSize), w); err != nil {
+		if err := b.buffer(ctx, rel.Page(blk), nil, w); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// buffer keeps a page write (data is owned by the buffer from now on) and
-// sends the buffer when it is full.
+// buffer keeps a page write (data is owned by the buffer from now on; nil
+// is a page of zeros) and sends the buffer when it is full.
 func (b *Backend) buffer(ctx context.Context, key pg.PageKey, data []byte, w pg.LSN) error {
 	b.mu.Lock()
 	b.buf[key] = &bufPage{data: data, w: w}
@@ -667,7 +671,9 @@ func relLess(a, b pg.RelTag) bool {
 }
 
 // WritePage implements fusefs.Backend: the page joins the write buffer,
-// sent with PutPages tagged with w.
+// sent with PutPages tagged with w. A page of zeros (Postgres extends a
+// relation with one) is sent without its bytes: the pageserver stores a
+// marker that reads as zeros.
 func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w pg.LSN) error {
 	ctx = context.WithoutCancel(ctx)
 	rel := key.Tag()
@@ -680,7 +686,11 @@ func (b *Backend) WritePage(ctx context.Context, key pg.PageKey, page []byte, w 
 			return err
 		}
 	}
-	return b.buffer(ctx, key, bytes.Clone(page), w)
+	var data []byte
+	if !pg.IsZeroPage(page) {
+		data = bytes.Clone(page)
+	}
+	return b.buffer(ctx, key, data, w)
 }
 
 // dropBufferedLocked forgets the buffered writes of rel's blocks from

@@ -38,6 +38,7 @@ type harness struct {
 	mu    sync.Mutex
 	calls map[string]int // gRPC calls the pageserver answered, by method
 	sizes int            // fork sizes stored: RelOp calls plus the sizes in PutPages
+	empty int            // pages PutPages carried without bytes (pages of zeros)
 
 	failPuts atomic.Bool // PutPages fails (an injected error) while set
 }
@@ -93,6 +94,11 @@ func start(tb testing.TB, dir string, store objectstore.Store) *harness {
 		switch r := req.(type) {
 		case *pb.PutPagesRequest:
 			h.sizes += len(r.Sizes)
+			for _, p := range r.Pages {
+				if len(p.Page) == 0 {
+					h.empty++
+				}
+			}
 		case *pb.RelOpRequest:
 			h.sizes++
 		}
@@ -390,6 +396,68 @@ func TestWriteBuffer(t *testing.T) {
 	}
 	if err := other.ReadPage(ctx, rel.Page(7), 0, buf); err != nil || !bytes.Equal(buf, page(77)) {
 		t.Fatalf("block 7 after Close: %v, %d", err, buf[0])
+	}
+}
+
+// TestZeroPagesWithoutBytes: a page of zeros (Postgres extends a relation
+// with one) goes to the pageserver without its 8 KiB, and reads as zeros
+// from the write buffer, from the pageserver and from another Backend,
+// over a block that had content too.
+func TestZeroPagesWithoutBytes(t *testing.T) {
+	ctx := context.Background()
+	h := startTimeline(t)
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(ctx, rel, 1); err != nil {
+		t.Fatal(err)
+	}
+	writeBlocks(t, be, rel, 2, 10)
+	if err := be.Sync(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	zeros := make([]byte, pg.BlockSize)
+	// Block 1 is overwritten with zeros, block 2 extends the fork with
+	// them, and block 4 leaves a hole at block 3.
+	for _, blk := range []uint32{1, 2} {
+		if err := be.WritePage(ctx, rel.Page(blk), zeros, 30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := be.WritePage(ctx, rel.Page(4), page(5), 31); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(b *psbackend.Backend, what string) {
+		t.Helper()
+		buf := make([]byte, pg.BlockSize)
+		for blk, want := range [][]byte{page(1), zeros, zeros, zeros, page(5)} {
+			for i := range buf {
+				buf[i] = 0xEE
+			}
+			if err := b.ReadPage(ctx, rel.Page(uint32(blk)), 0, buf); err != nil || !bytes.Equal(buf, want) {
+				t.Fatalf("%s: block %d: %v, reads %d, want %d", what, blk, err, buf[0], want[0])
+			}
+		}
+		if n, err := b.Nblocks(ctx, rel); err != nil || n != 5 {
+			t.Fatalf("%s: %d blocks, %v; want 5", what, n, err)
+		}
+	}
+	expect(be, "from the write buffer")
+	h.mu.Lock()
+	empty := h.empty
+	h.mu.Unlock()
+	if empty != 0 {
+		t.Fatalf("%d pages sent before the buffer was", empty)
+	}
+	if err := be.Sync(ctx, 31); err != nil {
+		t.Fatal(err)
+	}
+	expect(be, "from the pageserver")
+	expect(open(t, h, psbackend.Options{}), "from another Backend")
+	h.mu.Lock()
+	empty = h.empty
+	h.mu.Unlock()
+	if empty != 3 {
+		t.Fatalf("%d pages went without their bytes, want 3 (blocks 1, 2 and the hole)", empty)
 	}
 }
 

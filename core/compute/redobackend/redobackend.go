@@ -352,19 +352,10 @@ func (b *Backend) evictLocked() {
 		delete(b.pages, e.key)
 		b.evicted[e.key] = evictedPage{
 			lsn:  pg.LSN(uint64(binary.LittleEndian.Uint32(e.data))<<32 | uint64(binary.LittleEndian.Uint32(e.data[4:]))),
-			zero: allZero(e.data),
+			zero: pg.IsZeroPage(e.data),
 		}
 		b.m.evictions.Inc()
 	}
-}
-
-func allZero(p []byte) bool {
-	for _, c := range p {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // SetMaxPages changes the local store's bound (0: unbounded) and evicts

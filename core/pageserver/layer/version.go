@@ -45,7 +45,8 @@ const (
 	// WillInit: a delta that needs no previous value (it initializes the page).
 	WillInit Kind = 3
 	// Tombstone: the key does not exist from this version on (a dropped
-	// relation's size key, an unlinked file).
+	// relation's size key, an unlinked file); on a relation block, the
+	// compute's page of zeros (it reads as zeros within the fork's size).
 	Tombstone Kind = 4
 )
 

@@ -505,11 +505,12 @@ func (x *GetPageBatchResponse) GetIncarnation() uint64 {
 }
 
 type PageWrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rel           *RelTag                `protobuf:"bytes,1,opt,name=rel,proto3" json:"rel,omitempty"`
-	Block         uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
-	W             uint64                 `protobuf:"varint,3,opt,name=w,proto3" json:"w,omitempty"`
-	Page          []byte                 `protobuf:"bytes,4,opt,name=page,proto3" json:"page,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rel   *RelTag                `protobuf:"bytes,1,opt,name=rel,proto3" json:"rel,omitempty"`
+	Block uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
+	W     uint64                 `protobuf:"varint,3,opt,name=w,proto3" json:"w,omitempty"`
+	// 8192 bytes, or empty for a page of zeros (a relation's extension).
+	Page          []byte `protobuf:"bytes,4,opt,name=page,proto3" json:"page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

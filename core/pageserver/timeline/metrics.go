@@ -28,6 +28,7 @@ type Metrics struct {
 	unsupported   prometheus.Counter
 	imageBytes    prometheus.Counter
 	imageKept     prometheus.Counter
+	zeroPages     prometheus.Counter
 }
 
 // NewMetrics registers the engine metrics on reg.
@@ -58,9 +59,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of image layer files written by image passes (only the key ranges that changed since their image are rewritten)."}),
 		imageKept: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_image_kept_bytes_total",
 			Help: "Bytes of image layer files that image passes left in place, their key ranges unchanged since (summed per pass)."}),
+		zeroPages: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_zero_pages_total",
+			Help: "Compute page writes of all zeros (a relation's extension), stored as a marker without their 8 KiB."}),
 	}
 	reg.MustRegister(m.imageBytes, m.imageKept, m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
-		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported)
+		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported, m.zeroPages)
 	return m
 }
 
@@ -86,6 +89,12 @@ func (m *Metrics) reconstructed(deltas int) {
 func (m *Metrics) raised(n int) {
 	if m != nil && n > 0 {
 		m.raisedWrites.Add(float64(n))
+	}
+}
+
+func (m *Metrics) zeroPagesPut(n int) {
+	if m != nil && n > 0 {
+		m.zeroPages.Add(float64(n))
 	}
 }
 

@@ -215,6 +215,13 @@ func (t *Timeline) materialize(ctx context.Context, k keyspace.Key, upto pg.LSN,
 		base = cs[last].v.Data
 	case layer.WillInit:
 		recs = append(recs, cs[last].v.Data)
+	case layer.Tombstone:
+		if k.IsRelBlock() && !cs[last].absent {
+			// A compute's page of zeros (PutPages stores it as a
+			// tombstone): WAL applied on top starts from zeros, as it
+			// did when the zero page was stored whole.
+			base = make([]byte, pg.BlockSize)
+		}
 	}
 	for i := last - 1; i >= 0; i-- {
 		if err := t.fill(ctx, &cs[i]); err != nil {

@@ -387,7 +387,8 @@ func encodeSize(n uint32) []byte {
 type PageWrite struct {
 	Page pg.PageKey
 	W    pg.LSN
-	Data []byte // pg.BlockSize bytes
+	// Data is pg.BlockSize bytes, or empty for a page of zeros.
+	Data []byte
 }
 
 // PutPages stores page images from the compute (gated, see Put) and extends
@@ -407,16 +408,31 @@ type PageWrite struct {
 // both): a fork's size at its W, which creates the fork if needed and, at
 // the W of a page's extension, replaces that extension's size; or the
 // fork's drop at its W.
+//
+// A page of zeros (empty Data, or 8 KiB of zeros) is stored as a
+// tombstone: Postgres extends a relation by writing a zero page, then
+// writes the page's content when it leaves shared_buffers, so every new
+// page came twice. A tombstone holds no data in the log, the layers or
+// the object store, hides the key's older versions as the zero page did,
+// and reads as zeros (GetPage: a block within the fork's size without a
+// version is a page of zeros; materialize: a WAL record applied on top
+// of it starts from zeros).
 func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWrite) (pg.LSN, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	cs := make([]Change, 0, len(ws)+len(sizes))
 	ext := map[pg.RelTag]uint32{}
+	zeros := 0
 	for _, w := range ws {
-		if len(w.Data) != pg.BlockSize {
+		switch {
+		case len(w.Data) == 0 || pg.IsZeroPage(w.Data):
+			cs = append(cs, Change{Key: keyspace.RelBlock(w.Page), LSN: w.W, Kind: layer.Tombstone})
+			zeros++
+		case len(w.Data) == pg.BlockSize:
+			cs = append(cs, Change{Key: keyspace.RelBlock(w.Page), LSN: w.W, Kind: layer.Image, Data: w.Data})
+		default:
 			return 0, fmt.Errorf("timeline: page %s has %d bytes", w.Page, len(w.Data))
 		}
-		cs = append(cs, Change{Key: keyspace.RelBlock(w.Page), LSN: w.W, Kind: layer.Image, Data: w.Data})
 		rel := w.Page.Tag()
 		n, ok := ext[rel]
 		if !ok {
@@ -442,6 +458,7 @@ func (t *Timeline) PutPages(ctx context.Context, ws []PageWrite, sizes ...SizeWr
 	if err := t.putLocked(cs, true, true); err != nil {
 		return 0, err
 	}
+	t.d.Metrics.zeroPagesPut(zeros)
 	return t.LSNs().Durable, nil
 }
 
