@@ -220,16 +220,23 @@ func (in *Ingester) copyDatabase(ctx context.Context, lsn pg.LSN, op postgres.Fi
 		if !live[k.Rel()] {
 			return nil // pages of a dropped relation
 		}
+		nk := k
+		binary.BigEndian.PutUint32(nk[1:], op.Spcs[0])
+		binary.BigEndian.PutUint32(nk[5:], op.DB)
 		d, err := in.TL.Get(ctx, k, timeline.LatestLSN)
 		if errors.Is(err, timeline.ErrNotFound) {
+			if k.IsRelBlock() {
+				// A block that reads as zeros (a compute's page of
+				// zeros is a tombstone): copied as one, so that pages
+				// of an earlier database with the same OID never show
+				// through.
+				cs = append(cs, timeline.Change{Key: nk, LSN: lsn, Kind: layer.Tombstone})
+			}
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("walingest: copying %s of database %d: %w", k, op.SrcDB, err)
 		}
-		nk := k
-		binary.BigEndian.PutUint32(nk[1:], op.Spcs[0])
-		binary.BigEndian.PutUint32(nk[5:], op.DB)
 		cs = append(cs, timeline.Change{Key: nk, LSN: lsn, Kind: layer.Image, Data: d})
 		return nil
 	})

@@ -10,6 +10,8 @@ import (
 	"github.com/stratadb/strata/core/pageserver/ingest"
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 	"github.com/stratadb/strata/sdk/redo"
@@ -163,6 +165,39 @@ func TestExtendZeroes(t *testing.T) {
 	}
 	if p, err := tl.GetPage(ctx, rel.Page(1), rec.LSN, rec.LSN); err != nil || !bytes.Equal(p, make([]byte, pg.BlockSize)) {
 		t.Fatalf("gap page: %d bytes, %v", len(p), err)
+	}
+}
+
+// TestCopyDatabaseZeroPages: CREATE DATABASE ... FILE_COPY copies a
+// template's page of zeros (stored as a tombstone) as one, so a page of
+// an earlier database with the new database's OID does not show through.
+func TestCopyDatabaseZeroPages(t *testing.T) {
+	ctx := context.Background()
+	tl, _ := newTimeline(t)
+	src := pg.RelTag{Spc: 1663, DB: 1, Rel: 1259}
+	dst := pg.RelTag{Spc: 1663, DB: 16400, Rel: 1259}
+	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, pg.BlockSize) }
+	// An earlier database 16400 had two pages in its relation 1259.
+	if _, err := tl.PutPages(ctx, []timeline.PageWrite{{Page: dst.Page(0), W: 100, Data: page(7)}, {Page: dst.Page(1), W: 100, Data: page(7)}}); err != nil {
+		t.Fatal(err)
+	}
+	// The template: block 0 with content, block 1 a page of zeros.
+	if _, err := tl.PutPages(ctx, []timeline.PageWrite{{Page: src.Page(0), W: 200, Data: page(1)}, {Page: src.Page(1), W: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	in := &Ingester{TL: tl}
+	cs, err := in.copyDatabase(ctx, 300, postgres.FileOp{Kind: "create-database", DB: 16400, Spcs: []uint32{1663}, SrcDB: 1, SrcSpc: 1663})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tl.Put(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	for blk, want := range [][]byte{page(1), make([]byte, pg.BlockSize)} {
+		got, err := tl.GetPage(ctx, dst.Page(uint32(blk)), timeline.LatestLSN, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("copied block %d: %v, reads %d, want %d", blk, err, got[0], want[0])
+		}
 	}
 }
 
