@@ -132,6 +132,19 @@ func startTimeline(t *testing.T) *harness {
 	return h
 }
 
+// bufferedRel starts a pageserver with the timeline tl, opens a Backend
+// that buffers up to 1,000 page writes, and creates a fork on it at W w.
+func bufferedRel(t *testing.T, w pg.LSN) (*harness, *psbackend.Backend, pg.RelTag) {
+	t.Helper()
+	h := startTimeline(t)
+	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
+	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
+	if err := be.CreateRel(context.Background(), rel, w); err != nil {
+		t.Fatal(err)
+	}
+	return h, be, rel
+}
+
 // writeBlocks writes blocks 0..n-1 of rel, block b holding byte b+1, at
 // W = w0+b.
 func writeBlocks(t *testing.T, be *psbackend.Backend, rel pg.RelTag, n uint32, w0 pg.LSN) {
@@ -350,12 +363,7 @@ func TestReopen(t *testing.T) {
 // truncation orders after the writes it cuts.
 func TestWriteBuffer(t *testing.T) {
 	ctx := context.Background()
-	h := startTimeline(t)
-	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
-	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	if err := be.CreateRel(ctx, rel, 1); err != nil {
-		t.Fatal(err)
-	}
+	h, be, rel := bufferedRel(t, 1)
 	writeBlocks(t, be, rel, 10, 10)
 	buf := make([]byte, pg.BlockSize)
 	if err := be.ReadPage(ctx, rel.Page(9), 0, buf); err != nil || !bytes.Equal(buf, page(10)) {
@@ -405,12 +413,7 @@ func TestWriteBuffer(t *testing.T) {
 // over a block that had content too.
 func TestZeroPagesWithoutBytes(t *testing.T) {
 	ctx := context.Background()
-	h := startTimeline(t)
-	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
-	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	if err := be.CreateRel(ctx, rel, 1); err != nil {
-		t.Fatal(err)
-	}
+	h, be, rel := bufferedRel(t, 1)
 	writeBlocks(t, be, rel, 2, 10)
 	if err := be.Sync(ctx, 20); err != nil {
 		t.Fatal(err)
@@ -466,12 +469,7 @@ func TestZeroPagesWithoutBytes(t *testing.T) {
 // the pageserver (its size version at 800 must not say 1).
 func TestBufferedSizeWithMixedW(t *testing.T) {
 	ctx := context.Background()
-	h := startTimeline(t)
-	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
-	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	if err := be.CreateRel(ctx, rel, 100); err != nil {
-		t.Fatal(err)
-	}
+	h, be, rel := bufferedRel(t, 100)
 	for _, wr := range []struct {
 		blk uint32
 		w   pg.LSN
@@ -833,12 +831,7 @@ func TestConcurrentForks(t *testing.T) {
 // a page past the end or of a missing fork fails alone.
 func TestReadPages(t *testing.T) {
 	ctx := context.Background()
-	h := startTimeline(t)
-	be := open(t, h, psbackend.Options{StandaloneCommit: true, WriteBuffer: 1000})
-	rel := pg.RelTag{Spc: 1663, DB: 5, Rel: 16384}
-	if err := be.CreateRel(ctx, rel, 100); err != nil {
-		t.Fatal(err)
-	}
+	h, be, rel := bufferedRel(t, 100)
 	writeBlocks(t, be, rel, 5, 110)
 	if err := be.Sync(ctx, 200); err != nil {
 		t.Fatal(err)
