@@ -3,8 +3,9 @@
 # (docs/benchmarks.md, "Bulk load"): `strata up` from configs/local.yaml
 # with its state in a new temporary folder, `pgbench -i -s SCALE`, a
 # CHECKPOINT and 15 s for the pageserver to flush, then what the pageserver
-# wrote (its /metrics) and the CPU the pageserver and the compute agent
-# used; the cluster is stopped and its folder removed after each binary.
+# wrote (its /metrics), the compute's FUSE read and write waits and W
+# lookups, and the CPU the pageserver and the compute agent used; the
+# cluster is stopped and its folder removed after each binary.
 # Run from the repository root as root (FUSE), after
 # `go build -o bin/strata ./cmd/strata`:
 #
@@ -38,6 +39,9 @@ for bin in "${bins[@]}"; do
 	sleep 15
 	addr=$(grep -o '"addr":"[0-9.:]*"' "$dir/pageserver/pageserver.log" | head -1 | cut -d'"' -f4)
 	curl -s "http://$addr/metrics" | grep -E '^strata_pageserver_(flushed_bytes|image_bytes|uploaded_bytes|zero_pages)_total' || true
+	"$bin" compute waits | grep -E '^ *fuse_(write|read) ' || true
+	caddr=$(grep -o '"addr":"[0-9.:]*"' "$dir/compute/compute.log" | head -1 | cut -d'"' -f4)
+	curl -s "http://$caddr/metrics" | grep -E '^strata_compute_wal_lookups_total' || true
 	st=$("$bin" status)
 	echo "pageserver CPU: $(cpu "$(awk '/^pageserver +[0-9]+ +true/ { print $2 }' <<<"$st")")"
 	echo "compute agent CPU: $(cpu "$(awk '/^compute +[0-9]+ +true/ { print $2 }' <<<"$st")")"

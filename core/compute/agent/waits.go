@@ -196,13 +196,21 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // every restart of Postgres; the counters restart with it).
 type fsCollector struct{ a *Agent }
 
+var descLookups = prometheus.NewDesc("strata_compute_wal_lookups_total",
+	"W lookups before page writes, pg_wal out of the mount: walked (read the WAL written since the last walk) or unchanged (nothing changed in pg_wal since, by inotify; no file read).",
+	[]string{"result"}, nil)
+
 func (c fsCollector) Describe(ch chan<- *prometheus.Desc) {
 	(&fusefs.Waits{}).Collector().Describe(ch)
+	ch <- descLookups
 }
 
 func (c fsCollector) Collect(ch chan<- prometheus.Metric) {
 	if f := c.a.currentFS(); f != nil {
 		f.Waits().Collector().Collect(ch)
+		walks, unwalked := f.WAL().FollowStats()
+		ch <- prometheus.MustNewConstMetric(descLookups, prometheus.CounterValue, float64(walks), "walked")
+		ch <- prometheus.MustNewConstMetric(descLookups, prometheus.CounterValue, float64(unwalked), "unchanged")
 	}
 }
 

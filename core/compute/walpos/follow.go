@@ -28,6 +28,13 @@ import (
 // already on it), so W never misses it; a record being written fails its
 // CRC and is picked up by a later call. Pages of a recycled segment fail
 // the page address check.
+//
+// Most lookups come between two WAL writes and would read the same bytes
+// as the one before (two pages at the end of WAL, and during a bulk load a
+// look for the next segment in the folder). An inotify watch on the folder
+// says whether anything was written, created, removed or renamed in it
+// since the last walk; when nothing was, the walk's answer stands and the
+// lookup reads no file. Where the watch cannot be made, every lookup walks.
 type Follower struct {
 	dir     string
 	segSize uint64
@@ -38,6 +45,12 @@ type Follower struct {
 	files map[uint64]*os.File
 	r     *wal.Reader // reset to next at every walk (its buffers are kept)
 	err   error       // the last error other than the end of WAL, for Err
+
+	watch    *dirWatch // nil: none (yet, or none can be made)
+	noWatch  bool      // the kernel refused a watch: walk every time
+	armed    bool      // the last walk ran, without error, under the watch
+	walks    int64     // walks made
+	unwalked int64     // lookups answered without a walk
 }
 
 // Follow makes t follow the WAL written into dir from start (a record end:
@@ -70,6 +83,49 @@ func (t *Tracker) Close() {
 		f.Close()
 		delete(t.follow.files, no)
 	}
+	if w := t.follow.watch; w != nil {
+		w.close()
+		t.follow.watch, t.follow.armed = nil, false
+	}
+}
+
+// FollowStats returns the number of W lookups that walked the followed
+// folder and of those answered without a walk (nothing changed in the
+// folder since the walk before).
+func (t *Tracker) FollowStats() (walks, unwalked int64) {
+	if t.follow == nil {
+		return 0, 0
+	}
+	t.follow.mu.Lock()
+	defer t.follow.mu.Unlock()
+	return t.follow.walks, t.follow.unwalked
+}
+
+// quiet reports whether nothing changed in the folder since the last walk,
+// which then still holds. It makes the watch when there is none: that
+// lookup walks (what was written before the watch existed is unknown).
+// REQUIRES: f.mu held.
+func (f *Follower) quiet() bool {
+	if f.noWatch {
+		return false
+	}
+	if f.watch != nil && f.watch.broken {
+		f.watch.close()
+		f.watch, f.armed = nil, false
+	}
+	if f.watch == nil {
+		w, err := newDirWatch(f.dir)
+		if err != nil {
+			// A folder not made yet gets its watch later; any other
+			// refusal (inotify's limits) leaves this follower walking.
+			f.noWatch = !errors.Is(err, syscall.ENOENT)
+			return false
+		}
+		f.watch = w
+		return false
+	}
+	changed := f.watch.changed()
+	return f.armed && !changed && !f.watch.broken
 }
 
 // walk reads the records written since the last walk and returns the end
@@ -77,6 +133,13 @@ func (t *Tracker) Close() {
 func (f *Follower) walk() pg.LSN {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.quiet() {
+		f.unwalked++
+		return f.next
+	}
+	f.walks++
+	f.armed = false
+	defer func() { f.armed = f.watch != nil && f.err == nil }()
 	if f.next == 0 {
 		// A new cluster (initdb): its WAL starts at its first segment.
 		no, ok, err := f.firstSegment()

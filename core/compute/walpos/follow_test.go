@@ -85,7 +85,112 @@ func TestFollowerOnRealWAL(t *testing.T) {
 	if err := tr.FollowErr(); err != nil {
 		t.Fatalf("FollowErr = %v", err)
 	}
-	t.Logf("%d records, W reached %s, %d half writes", len(ends), w, torn)
+	walks, unwalked := tr.FollowStats()
+	t.Logf("%d records, W reached %s, %d half writes, %d walks, %d lookups without one", len(ends), w, torn, walks, unwalked)
+}
+
+// TestFollowerWatch: a lookup that comes after no change in the folder
+// reads nothing and answers the last walk's W; a write, a segment renamed
+// into the folder and the folder moved away or made again each make the
+// next lookup walk.
+func TestFollowerWatch(t *testing.T) {
+	seg, segStart, recs := realWAL(t)
+	ends := recordEnds(recs)
+	base := t.TempDir()
+	dir := filepath.Join(base, "pg_wal")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	name := "000000010000000000000001"
+	tr := New(pg.WALSegmentSize, segStart)
+	tr.Follow(dir, segStart)
+	defer tr.Close()
+	stats := func() (int64, int64) { return tr.FollowStats() }
+	// lookups makes n lookups, checks each answers want, and returns how
+	// many walked.
+	lookups := func(n int, want pg.LSN) int64 {
+		t.Helper()
+		w0, _ := stats()
+		for range n {
+			if got := tr.Current(); got != want {
+				t.Fatalf("W = %s, want %s", got, want)
+			}
+		}
+		w1, _ := stats()
+		return w1 - w0
+	}
+	if walked := lookups(1, segStart); walked != 1 {
+		t.Fatalf("first lookup: %d walks, want 1", walked)
+	}
+	if walked := lookups(10, segStart); walked != 0 {
+		t.Fatalf("10 lookups of an unchanged, empty folder: %d walks", walked)
+	}
+
+	// The segment, written elsewhere, arrives by a rename (as Postgres
+	// installs a new segment): the next lookup walks it.
+	half := ends[len(ends)/2]
+	off := int(uint64(half) - uint64(segStart))
+	part := bytes.Clone(seg)
+	clear(part[off:])
+	tmp := filepath.Join(base, "xlogtemp")
+	if err := os.WriteFile(tmp, part, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if walked := lookups(3, segStart); walked != 0 {
+		t.Fatalf("a file written outside the folder: %d walks", walked)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+	if walked := lookups(1, half); walked != 1 {
+		t.Fatalf("lookup after the rename: %d walks", walked)
+	}
+	if walked := lookups(10, half); walked != 0 {
+		t.Fatalf("10 lookups with no write: %d walks", walked)
+	}
+
+	// Each write, however small, makes the next lookup walk and reach the
+	// last record it completes.
+	fh, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	w := half
+	for _, e := range ends[len(ends)/2+1 : len(ends)/2+40] {
+		from, to := int(uint64(w)-uint64(segStart)), int(uint64(e)-uint64(segStart))
+		if _, err := fh.WriteAt(seg[from:to], int64(from)); err != nil {
+			t.Fatal(err)
+		}
+		if walked := lookups(1, e); walked != 1 {
+			t.Fatalf("lookup after a write up to %s: %d walks", e, walked)
+		}
+		if walked := lookups(2, e); walked != 0 {
+			t.Fatalf("lookups after the write's walk: %d walks", walked)
+		}
+		w = e
+	}
+
+	// The folder moved away: the watch has ended and every lookup walks
+	// (the open segment still reads); a folder made under the name is
+	// watched again.
+	if err := os.Rename(dir, filepath.Join(base, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if walked := lookups(3, w); walked != 3 {
+		t.Fatalf("3 lookups with the folder gone: %d walks, want 3", walked)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if walked := lookups(1, w); walked != 1 {
+		t.Fatalf("lookup after the folder came back: %d walks", walked)
+	}
+	if walked := lookups(5, w); walked != 0 {
+		t.Fatalf("5 lookups in the new, unchanged folder: %d walks", walked)
+	}
+	_, unwalked := stats()
+	t.Logf("%d lookups answered without a walk", unwalked)
 }
 
 // recycled returns what a recycled segment file holds where seg will be
@@ -198,6 +303,40 @@ func BenchmarkFollowerWalk(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(walked)/float64(b.N), "WAL-bytes/op")
 	tr.Close()
+}
+
+// BenchmarkFollowerUnchanged prices a W lookup that comes when Postgres
+// has written no WAL since the last one (most lookups under a bulk load):
+// with the folder's inotify watch it reads no file; without it (a kernel
+// that refuses the watch) it walks the end of WAL again.
+func BenchmarkFollowerUnchanged(b *testing.B) {
+	seg, segStart, recs := realWAL(b)
+	ends := recordEnds(recs)
+	for _, watch := range []bool{true, false} {
+		b.Run(fmt.Sprintf("watch=%v", watch), func(b *testing.B) {
+			dir := b.TempDir()
+			end := ends[len(ends)/2]
+			part := bytes.Clone(seg)
+			clear(part[uint64(end)-uint64(segStart):])
+			if err := os.WriteFile(filepath.Join(dir, "000000010000000000000001"), part, 0o600); err != nil {
+				b.Fatal(err)
+			}
+			tr := New(pg.WALSegmentSize, segStart)
+			tr.Follow(dir, segStart)
+			defer tr.Close()
+			tr.follow.noWatch = !watch
+			if got := tr.Current(); got != end {
+				b.Fatalf("W = %s, want %s", got, end)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if got := tr.Current(); got != end {
+					b.Fatalf("W = %s, want %s", got, end)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkReadRecords prices the walk's record reading alone: initdb's
