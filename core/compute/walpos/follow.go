@@ -72,7 +72,7 @@ func (t *Tracker) FollowErr() error {
 	return t.follow.err
 }
 
-// Close closes the files the tracker holds open.
+// Close closes the files and the folder watch the tracker holds open.
 func (t *Tracker) Close() {
 	if t.follow == nil {
 		return
@@ -87,6 +87,7 @@ func (t *Tracker) Close() {
 		w.close()
 		t.follow.watch, t.follow.armed = nil, false
 	}
+	t.follow.noWatch = true // a lookup after Close makes no new watch
 }
 
 // FollowStats returns the number of W lookups that walked the followed

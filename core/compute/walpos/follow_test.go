@@ -191,6 +191,15 @@ func TestFollowerWatch(t *testing.T) {
 	}
 	_, unwalked := stats()
 	t.Logf("%d lookups answered without a walk", unwalked)
+
+	// After Close, a late lookup still answers and holds no new watch.
+	tr.Close()
+	if walked := lookups(2, w); walked != 2 {
+		t.Fatalf("2 lookups after Close: %d walks, want 2", walked)
+	}
+	if tr.follow.watch != nil {
+		t.Fatal("a lookup after Close made a new watch")
+	}
 }
 
 // recycled returns what a recycled segment file holds where seg will be
