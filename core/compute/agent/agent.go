@@ -435,6 +435,8 @@ func (a *Agent) Report() Report {
 		r.CacheHits, r.CacheMisses = f.Waits().CacheHits()
 		ra := &r.ReadAhead
 		ra.Fetched, ra.Used, ra.Dropped, ra.Batches = f.Waits().ReadAhead()
+		lk := &r.WALLookups
+		lk.Walked, lk.Unchanged = f.WAL().FollowStats()
 		r.Waits = fsWaits(f.Waits())
 	} else {
 		r.Waits = fsWaits(&fusefs.Waits{})

@@ -117,6 +117,16 @@ func TestPrintReportReadAhead(t *testing.T) {
 	if strings.Contains(buf.String(), "read-ahead") {
 		t.Fatalf("a read-ahead line with nothing fetched:\n%s", buf.String())
 	}
+	if strings.Contains(buf.String(), "W lookups") {
+		t.Fatalf("a W lookups line with no lookup:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := PrintReport(&buf, Report{State: "running", Strategy: "shared-buffers", WALLookups: WALLookupReport{Walked: 12, Unchanged: 340}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "W lookups: 12 walked new WAL, 340 found pg_wal unchanged\n"; !strings.Contains(buf.String(), want) {
+		t.Fatalf("report:\n%s\nwant the line %q", buf.String(), want)
+	}
 }
 
 // TestPrintReportRedoStore: in redo mode the report shows the local page

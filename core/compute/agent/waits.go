@@ -68,6 +68,8 @@ type Report struct {
 	// ReadAhead counts the pages fetched ahead of sequential readers
 	// (compute.read_ahead) since the mount.
 	ReadAhead ReadAheadReport `json:"read_ahead"`
+	// WALLookups counts the W lookups since the mount, pg_wal out of it.
+	WALLookups WALLookupReport `json:"wal_lookups"`
 	// LFC is the LFC's size now (lfc strategy, while mounted).
 	LFC *LFCReport `json:"lfc,omitempty"`
 }
@@ -88,6 +90,14 @@ type ReadAheadReport struct {
 	Used    uint64 `json:"used"`
 	Dropped uint64 `json:"dropped"`
 	Batches uint64 `json:"batches"`
+}
+
+// WALLookupReport counts W lookups (pg_wal out of the mount): walks of
+// the WAL written since the walk before, and answers without one (the
+// folder's watch saw no change since).
+type WALLookupReport struct {
+	Walked    int64 `json:"walked"`
+	Unchanged int64 `json:"unchanged"`
 }
 
 // fsWaits turns the filesystem's counters into report lines.
@@ -179,6 +189,9 @@ func PrintReport(w io.Writer, r Report) error {
 	}
 	if ra := r.ReadAhead; ra.Batches > 0 {
 		fmt.Fprintf(w, "read-ahead: %d pages fetched in %d batches, %d used, %d dropped unread\n", ra.Fetched, ra.Batches, ra.Used, ra.Dropped)
+	}
+	if lk := r.WALLookups; lk.Walked+lk.Unchanged > 0 {
+		fmt.Fprintf(w, "W lookups: %d walked new WAL, %d found pg_wal unchanged\n", lk.Walked, lk.Unchanged)
 	}
 	ws := append([]WaitStat(nil), r.Waits...)
 	sort.SliceStable(ws, func(i, j int) bool { return ws[i].Total > ws[j].Total })

@@ -140,6 +140,11 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 			return nil, fmt.Errorf("fusefs: WALScratch %q must be absolute for WALLink", opts.WALScratch)
 		}
 		f.wal.Follow(opts.WALScratch, opts.WALStart)
+		log := opts.Log
+		f.wal.OnWatchRefused(func(err error) {
+			log.Warn().Err(err).Str("folder", opts.WALScratch).
+				Msg("fusefs: no inotify watch on pg_wal: every page write walks the WAL written since the last (correct, slower under bulk loads; see fs.inotify.max_user_instances)")
+		})
 	}
 	f.rootMode.Store(0o700)
 	f.sendOnly.Store(opts.SendOnlySync)

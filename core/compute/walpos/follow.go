@@ -47,10 +47,11 @@ type Follower struct {
 	err   error       // the last error other than the end of WAL, for Err
 
 	watch    *dirWatch // nil: none (yet, or none can be made)
-	noWatch  bool      // the kernel refused a watch: walk every time
-	armed    bool      // the last walk ran, without error, under the watch
-	walks    int64     // walks made
-	unwalked int64     // lookups answered without a walk
+	noWatch  bool      // the kernel refused a watch, or Close ran: walk every time
+	refused  func(error)
+	armed    bool  // the last walk ran, without error, under the watch
+	walks    int64 // walks made
+	unwalked int64 // lookups answered without a walk
 }
 
 // Follow makes t follow the WAL written into dir from start (a record end:
@@ -90,6 +91,18 @@ func (t *Tracker) Close() {
 	t.follow.noWatch = true // a lookup after Close makes no new watch
 }
 
+// OnWatchRefused sets fn to be called (once, with the follower's lock
+// held: fn must not call the tracker) when the kernel refuses the
+// folder's inotify watch, after which every lookup walks.
+func (t *Tracker) OnWatchRefused(fn func(error)) {
+	if t.follow == nil {
+		return
+	}
+	t.follow.mu.Lock()
+	defer t.follow.mu.Unlock()
+	t.follow.refused = fn
+}
+
 // FollowStats returns the number of W lookups that walked the followed
 // folder and of those answered without a walk (nothing changed in the
 // folder since the walk before).
@@ -119,7 +132,12 @@ func (f *Follower) quiet() bool {
 		if err != nil {
 			// A folder not made yet gets its watch later; any other
 			// refusal (inotify's limits) leaves this follower walking.
-			f.noWatch = !errors.Is(err, syscall.ENOENT)
+			if !errors.Is(err, syscall.ENOENT) {
+				f.noWatch = true
+				if f.refused != nil {
+					f.refused(err)
+				}
+			}
 			return false
 		}
 		f.watch = w

@@ -3,10 +3,12 @@ package walpos
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
@@ -371,5 +373,31 @@ func BenchmarkReadRecords(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/record")
 		})
+	}
+}
+
+// TestFollowerWatchRefused: a follower whose folder the kernel will not
+// watch (here a file in its place: ENOTDIR) says so once and walks at
+// every lookup.
+func TestFollowerWatchRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pg_wal")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := New(pg.WALSegmentSize, 0x1000028)
+	tr.Follow(path, 0x1000028)
+	defer tr.Close()
+	var refusals []error
+	tr.OnWatchRefused(func(err error) { refusals = append(refusals, err) })
+	for range 5 {
+		if got := tr.Current(); got != 0x1000028 {
+			t.Fatalf("W = %s", got)
+		}
+	}
+	if len(refusals) != 1 || !errors.Is(refusals[0], syscall.ENOTDIR) {
+		t.Fatalf("refusals = %v, want one ENOTDIR", refusals)
+	}
+	if walks, unwalked := tr.FollowStats(); walks != 5 || unwalked != 0 {
+		t.Fatalf("%d walks, %d lookups without one; want 5 and 0", walks, unwalked)
 	}
 }
