@@ -45,20 +45,20 @@ func newDirWatch(dir string) (*dirWatch, error) {
 // watch that ended (its folder removed or moved, or a read that failed)
 // does too, and is marked broken.
 func (w *dirWatch) changed() bool {
-	any := false
+	seen := false
 	for {
 		n, err := unix.Read(w.fd, w.buf)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if errors.Is(err, unix.EAGAIN) {
-			return any
+			return seen
 		}
 		if err != nil || n <= 0 {
 			w.broken = true
 			return true
 		}
-		any = true
+		seen = true
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			mask := binary.NativeEndian.Uint32(w.buf[off+4:])
 			if mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_UNMOUNT) != 0 {

@@ -46,12 +46,12 @@ type Follower struct {
 	r     *wal.Reader // reset to next at every walk (its buffers are kept)
 	err   error       // the last error other than the end of WAL, for Err
 
-	watch    *dirWatch // nil: none (yet, or none can be made)
-	noWatch  bool      // the kernel refused a watch, or Close ran: walk every time
-	refused  func(error)
-	armed    bool  // the last walk ran, without error, under the watch
-	walks    int64 // walks made
-	unwalked int64 // lookups answered without a walk
+	watch    *dirWatch   // nil: none (yet, or none can be made)
+	noWatch  bool        // the kernel refused a watch, or Close ran: walk every time
+	refused  func(error) // told of the kernel's refusal (OnWatchRefused)
+	armed    bool        // the last walk ran, without error, under the watch
+	walks    int64       // walks made
+	unwalked int64       // lookups answered without a walk
 }
 
 // Follow makes t follow the WAL written into dir from start (a record end:
