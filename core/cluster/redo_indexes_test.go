@@ -33,8 +33,8 @@ CREATE OPERATOR CLASS strata_other_box DEFAULT FOR TYPE box USING strata_other A
 // 20,000). The compute agent's
 // event trigger refuses an index of a method it does not know (CREATE
 // INDEX, ALTER TABLE ... EXCLUDE), in the databases there at the start, in
-// one created from template1 later and (within seconds) in one created
-// from template0; a guard function from an older
+// one created from template1 later and (as soon as it accepts
+// connections) in one created from template0; a guard function from an older
 // strata is brought up to date at the next start, and a guard the
 // operator disabled stays disabled.
 func TestRedoIndexMethods(t *testing.T) {
@@ -62,17 +62,24 @@ func TestRedoIndexMethods(t *testing.T) {
 	if err := tryExec(ctx, later, "CREATE INDEX ON h USING strata_other (c)"); err == nil || !strings.Contains(err.Error(), "strata_other indexes") {
 		t.Fatalf("an index of an unknown method in a database created after the start: %v, want the guard's refusal", err)
 	}
-	// A database created from template0 has no guard; the agent installs
-	// one within its check interval (10 s).
+	// A database created from template0 has no guard; the agent, told of
+	// its folder by the mount, installs one as soon as it accepts
+	// connections, well before its periodic look (every 10 s) would.
 	exec1(t, ctx, url, "CREATE DATABASE bare TEMPLATE template0")
+	created := time.Now()
 	bare := strings.Replace(url, "/postgres?", "/bare?", 1)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	for deadline := created.Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if queryString(t, ctx, bare, "SELECT count(*)::text FROM pg_event_trigger WHERE evtname = 'strata_redo_index_guard'") == "1" {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("a database created from template0 has no redo index guard 30 s later")
 		}
+	}
+	took := time.Since(created)
+	t.Logf("the database from template0 had its guard %s after CREATE DATABASE returned", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Fatalf("the guard came %s after CREATE DATABASE: the periodic look, not the mount's report of the new folder", took)
 	}
 	exec1(t, ctx, bare, "CREATE TABLE h (id int, c box)")
 	exec1(t, ctx, bare, otherAM)

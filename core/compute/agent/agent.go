@@ -256,9 +256,12 @@ type Agent struct {
 	adv    *advisorHost // compute.cache.advisor (nil: none)
 	// guarded: the databases the redo index guard was seen to (redo mode)
 	guarded redoGuarded
-	uid     int
-	gid     int
-	born    time.Time
+	// guardKick: the OIDs of database folders Postgres made (redo mode),
+	// for watchRedoGuard
+	guardKick chan uint32
+	uid       int
+	gid       int
+	born      time.Time
 
 	mu        sync.Mutex
 	state     string
@@ -318,7 +321,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg: cfg, log: cfg.Log, reg: cfg.Registry, ps: ps, sizing: sizing, waits: waits,
-		uid: uid, gid: gid, born: time.Now(), state: "new",
+		uid: uid, gid: gid, born: time.Now(), state: "new", guardKick: make(chan uint32, 16),
 		pgs: &postgres.Server{
 			BinDir:    cfg.PGBinDir,
 			DataDir:   cfg.Mountpoint,
@@ -706,9 +709,14 @@ func (a *Agent) start(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.Mountpoint, 0o700); err != nil {
 		return err
 	}
+	var onDB func(uint32)
+	if a.cfg.PageSource == PageSourceRedo {
+		onDB = a.onDatabaseDir
+	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
 		Backend: fsBackend, Cache: fc, WALScratch: walDir, WALLink: a.wal.link, UID: uint32(a.uid), GID: uint32(a.gid),
-		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, ReadAhead: a.cfg.ReadAhead, Debug: a.cfg.Debug, Log: a.log,
+		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, ReadAhead: a.cfg.ReadAhead,
+		OnDatabaseDir: onDB, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {
 		return err

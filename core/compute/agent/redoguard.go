@@ -58,6 +58,14 @@ const redoGuardTrigger = `CREATE EVENT TRIGGER ` + redoGuardName + ` ON ddl_comm
 // its last look (one made from template0 has no guard).
 const redoGuardEvery = 10 * time.Second
 
+// redoGuardSoon is how often the agent looks for a database whose folder
+// Postgres has just made, until the CREATE DATABASE commits (and the guard
+// is seen to) or for redoGuardSoonFor (one that failed never shows).
+const (
+	redoGuardSoon    = 200 * time.Millisecond
+	redoGuardSoonFor = time.Minute
+)
+
 // redoGuarded remembers, by database OID, the databases the agent saw to
 // (the guard installed or there) and those it failed to (logged once).
 type redoGuarded struct {
@@ -88,7 +96,7 @@ func (g *redoGuarded) mark(oid uint32, ok bool) {
 // ensureRedoGuard installs the index guard in every database that accepts
 // connections and has none (template1's copy reaches the databases created
 // from it later; one created from template0 gets it from watchRedoGuard
-// within redoGuardEvery). A guard an operator disabled (ALTER EVENT
+// as soon as it accepts connections). A guard an operator disabled (ALTER EVENT
 // TRIGGER ... DISABLE) stays disabled. Indexes of other types already there
 // are logged: their pages cannot be read back from the pageserver once the
 // compute evicts them. A database the agent cannot reach is logged (once)
@@ -151,9 +159,50 @@ func (a *Agent) ensureRedoGuard(ctx context.Context, onlyNew bool) {
 }
 
 // watchRedoGuard installs the guard in databases created while Postgres
-// runs, every redoGuardEvery, until ctx ends.
+// runs, until ctx ends: at once when the mount reports a new database
+// folder (onDatabaseDir), and every redoGuardEvery for any it missed.
 func (a *Agent) watchRedoGuard(ctx context.Context) {
-	every(ctx, redoGuardEvery, func() { a.ensureRedoGuard(ctx, true) })
+	t := time.NewTicker(redoGuardEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.ensureRedoGuard(ctx, true)
+		case oid := <-a.guardKick:
+			a.guardNewDatabase(ctx, oid)
+		}
+	}
+}
+
+// onDatabaseDir hears of a database folder Postgres made (the mount's
+// fusefs.Options.OnDatabaseDir). It does not block: with the queue full,
+// the periodic look finds the database.
+func (a *Agent) onDatabaseDir(oid uint32) {
+	select {
+	case a.guardKick <- oid:
+	default:
+	}
+}
+
+// guardNewDatabase looks for database oid, whose folder Postgres has just
+// made, every redoGuardSoon until it is committed and the guard seen to,
+// so that a database made from template0 (no guard of its own) gets one
+// as soon as it accepts connections.
+func (a *Agent) guardNewDatabase(ctx context.Context, oid uint32) {
+	deadline := time.Now().Add(redoGuardSoonFor)
+	for {
+		a.ensureRedoGuard(ctx, true)
+		if done, _ := a.guarded.seen(oid); done || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(redoGuardSoon):
+		}
+	}
 }
 
 // redoGuardDB installs the guard in database db unless it has one (a

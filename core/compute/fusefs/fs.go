@@ -80,6 +80,10 @@ type Options struct {
 	// Returning early is safe for the reason SetSyncDurable gives; a slot
 	// lost in a crash is created again when its safekeeper reconnects.
 	SendOnlyPath func(path string) bool
+	// OnDatabaseDir, when set, is called with the OID of each database
+	// folder Postgres makes (base/<oid>: CREATE DATABASE, before it
+	// commits). It must not block.
+	OnDatabaseDir func(oid uint32)
 	// Debug logs every FUSE request.
 	Debug bool
 	Log   zerolog.Logger

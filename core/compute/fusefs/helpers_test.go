@@ -31,8 +31,9 @@ type mountEnv struct {
 	root      string // postgres-owned folder holding the mountpoint and scratch
 	mnt       string
 	scratch   string
-	walLink   bool // pg_wal a link to scratch (Options.WALLink)
-	readAhead int  // Options.ReadAhead
+	walLink   bool             // pg_wal a link to scratch (Options.WALLink)
+	readAhead int              // Options.ReadAhead
+	onDB      func(oid uint32) // Options.OnDatabaseDir
 	uid       uint32
 	gid       uint32
 }
@@ -70,7 +71,7 @@ func (e *mountEnv) mountAt(t testing.TB, be Backend, cache Cache, walStart pg.LS
 	t.Helper()
 	f, err := Mount(context.Background(), e.mnt, Options{
 		Backend: be, Cache: cache, WALScratch: e.scratch, UID: e.uid, GID: e.gid,
-		WALStart: walStart, WALLink: e.walLink, ReadAhead: e.readAhead, Log: zerolog.Nop(),
+		WALStart: walStart, WALLink: e.walLink, ReadAhead: e.readAhead, OnDatabaseDir: e.onDB, Log: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)

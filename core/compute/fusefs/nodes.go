@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,7 +180,13 @@ func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 	var ao fuse.AttrOut
 	n.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
-	return d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	ch := d.NewPersistentInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFDIR})
+	if d.getPath() == "base" && f.opts.OnDatabaseDir != nil {
+		if oid, err := strconv.ParseUint(name, 10, 32); err == nil {
+			f.opts.OnDatabaseDir(uint32(oid))
+		}
+	}
+	return ch, 0
 }
 
 // Symlink makes pg_wal (WALLink mode, for initdb -X): the only link the
