@@ -210,7 +210,7 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 type fsCollector struct{ a *Agent }
 
 var descLookups = prometheus.NewDesc("strata_compute_wal_lookups_total",
-	"W lookups before page writes, pg_wal out of the mount: walked (read the WAL written since the last walk) or unchanged (nothing changed in pg_wal since, by inotify; no file read).",
+	"W lookups (page writes, fsyncs, file and folder changes, the wait report), pg_wal out of the mount: walked (read the WAL written since the last walk) or unchanged (nothing changed in pg_wal since, by inotify; no file read).",
 	[]string{"result"}, nil)
 
 func (c fsCollector) Describe(ch chan<- *prometheus.Desc) {
