@@ -260,6 +260,8 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if st, err := c.readState(); err == nil {
 		progress("restarting a partly running cluster")
 		c.stopProcs(ctx, st)
+	} else if err := c.strayError(); err != nil {
+		return "", err // a second set of processes would find the ports taken
 	}
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return "", err
@@ -631,8 +633,16 @@ const (
 func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	st, err := c.readState()
 	if errors.Is(err, ErrNotRunning) {
-		progress("not running; no cluster state in " + c.absDataDir())
-		return nil
+		strays, serr := strayProcs(c.dataDir)
+		if serr != nil || len(strays) == 0 {
+			progress("not running; no cluster state in " + c.absDataDir())
+			return nil
+		}
+		// The state file went (deleted, or with the whole folder) while
+		// the cluster ran: its processes still hold the ports and the
+		// mount, and name the folder on their command lines.
+		progress(fmt.Sprintf("no cluster state in %s, but %s of the cluster still run: stopping them", c.absDataDir(), procList(strays)))
+		st = &State{Procs: strays}
 	} else if err != nil {
 		return err
 	}
@@ -644,6 +654,26 @@ func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 		progress("stopped")
 	}
 	return err
+}
+
+// strayError says which processes of the cluster run without its state
+// file (strayProcs), or is nil when none do.
+func (c *Cluster) strayError() error {
+	strays, err := strayProcs(c.dataDir)
+	if err != nil || len(strays) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cluster: no state file %s, but %s of the cluster still run: stop them with `strata down` (same configuration)", c.statePath(), procList(strays))
+}
+
+// procList names processes for a message: "5 processes (safekeeper sk1
+// pid 10, ...)".
+func procList(ps []Proc) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = fmt.Sprintf("%s pid %d", p.Name, p.PID)
+	}
+	return fmt.Sprintf("%d processes (%s)", len(ps), strings.Join(names, ", "))
 }
 
 // stopProcs stops the recorded processes in the reverse order of their

@@ -114,7 +114,15 @@ func buildStrata(t *testing.T) string {
 	return builtBin
 }
 
+// sleeperEnv makes the test binary, run again by a test, sleep instead of
+// testing: a stand-in process whose command line the test chooses.
+const sleeperEnv = "STRATA_CLUSTER_TEST_SLEEPER"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(sleeperEnv) != "" {
+		time.Sleep(2 * time.Minute)
+		os.Exit(0)
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -246,8 +254,21 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	if url2, err := c.Up(ctx, func(string) {}); err != nil || url2 != url {
 		t.Fatalf("second up: %q %v", url2, err)
 	}
-	if err := c.Down(ctx, func(string) {}); err != nil {
+	// The state file lost while the cluster runs (an operator's rm):
+	// up refuses to start a second set of processes, down finds the
+	// running ones by their command lines and stops them cleanly.
+	if err := os.Remove(c.statePath()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Up(ctx, func(string) {}); err == nil || !strings.Contains(err.Error(), "5 processes") {
+		t.Fatalf("up without the state file of a running cluster: %v, want a refusal", err)
+	}
+	var said []string
+	if err := c.Down(ctx, func(s string) { said = append(said, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(said) == 0 || !strings.Contains(said[0], "5 processes") {
+		t.Fatalf("down without the state file said %q, want the 5 processes it found", said)
 	}
 	for _, p := range st.Procs {
 		if (Proc{PID: p.PID}).Alive() && syscall.Kill(p.PID, 0) == nil {

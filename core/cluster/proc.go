@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,20 +47,30 @@ func startDetached(name, bin string, args []string, logPath string, env []string
 	return p, nil
 }
 
-// procStartTime reads field 22 of /proc/PID/stat.
-func procStartTime(pid int) (uint64, error) {
+// procStat returns the fields of /proc/PID/stat after the command name:
+// [0] is the state, [3] the session, [19] the start time.
+func procStat(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, errors.New("cluster: bad /proc stat")
+		return nil, errors.New("cluster: bad /proc stat")
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0, errors.New("cluster: short /proc stat")
+		return nil, errors.New("cluster: short /proc stat")
+	}
+	return f, nil
+}
+
+// procStartTime reads field 22 of /proc/PID/stat.
+func procStartTime(pid int) (uint64, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
 	}
 	return strconv.ParseUint(f[19], 10, 64)
 }
@@ -68,19 +80,15 @@ func (p Proc) Alive() bool {
 	if p.PID <= 0 {
 		return false
 	}
-	st, err := procStartTime(p.PID)
+	f, err := procStat(p.PID)
+	if err != nil {
+		return false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
 	if err != nil || (p.StartTime != 0 && st != p.StartTime) {
 		return false
 	}
-	// A zombie is not alive.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-	if err == nil {
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && len(s) > i+2 && s[i+2] == 'Z' {
-			return false
-		}
-	}
-	return true
+	return f[0] != "Z" // a zombie is not alive
 }
 
 // Stop sends SIGTERM to the process group (startDetached made the process
@@ -105,4 +113,98 @@ func (p Proc) Stop(timeout time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("cluster: %s (pid %d) did not stop within %v; killed", p.Name, p.PID, timeout)
+}
+
+// strayProcs finds the processes of the cluster in dir that run without
+// its state file (deleted, or lost with the folder): strata servers that
+// lead their own session, as startDetached starts them, and name a path in
+// dir on their command line (a safekeeper's or the pageserver's
+// --data-dir, the compute's --mountpoint). A supervised child is in its
+// supervisor's session and is stopped with it. The result is in start
+// order (safekeepers, pageserver, compute), the order stopProcs expects.
+func strayProcs(dir string) ([]Proc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var found []Proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		name, ok := clusterServer(argv, dir)
+		if !ok || !sessionLeader(pid) {
+			continue
+		}
+		st, err := procStartTime(pid)
+		if err != nil {
+			continue
+		}
+		found = append(found, Proc{Name: name, PID: pid, StartTime: st, Args: argv})
+	}
+	rank := func(p Proc) int {
+		switch {
+		case strings.HasPrefix(p.Name, "safekeeper"):
+			return 0
+		case p.Name == "pageserver":
+			return 1
+		}
+		return 2
+	}
+	sort.Slice(found, func(i, j int) bool {
+		if ri, rj := rank(found[i]), rank(found[j]); ri != rj {
+			return ri < rj
+		}
+		return found[i].Name < found[j].Name
+	})
+	return found, nil
+}
+
+// clusterServer reports whether argv is a strata server of the cluster in
+// dir (`[--config F] safekeeper|pageserver|compute ...` with an argument
+// that is dir or a path in it), and its name as the state file records it.
+func clusterServer(argv []string, dir string) (string, bool) {
+	if len(argv) < 2 {
+		return "", false
+	}
+	rest := argv[1:]
+	if rest[0] == "--config" && len(rest) > 2 {
+		rest = rest[2:]
+	}
+	sub := rest[0]
+	if sub != "safekeeper" && sub != "pageserver" && sub != "compute" {
+		return "", false
+	}
+	in, id := false, ""
+	for i, a := range rest[1:] {
+		if _, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "--") {
+			a = v
+		}
+		if a == dir || strings.HasPrefix(a, dir+string(filepath.Separator)) {
+			in = true
+		}
+		if rest[i] == "--id" {
+			id = a
+		}
+	}
+	if !in {
+		return "", false
+	}
+	if sub == "safekeeper" {
+		return "safekeeper " + id, true
+	}
+	return sub, true
+}
+
+// sessionLeader reports whether pid leads its session (field 6 of
+// /proc/PID/stat).
+func sessionLeader(pid int) bool {
+	f, err := procStat(pid)
+	return err == nil && f[3] == strconv.Itoa(pid)
 }

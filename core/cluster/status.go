@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -83,6 +84,11 @@ type SafekeeperStatus struct {
 // its WAL position and each safekeeper's replication state.
 func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 	st, err := c.readState()
+	if errors.Is(err, ErrNotRunning) {
+		if serr := c.strayError(); serr != nil {
+			return nil, serr
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
