@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -89,7 +90,36 @@ chosen in one YAML file (--config, default configs/local.yaml).`,
 		newTimelineCmd(),
 		newBenchCmd(),
 	)
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every command that only groups others (wal,
+// objectstore, timeline, bench) fail on a word that names none of them.
+// Cobra answers only the root that way; a group printed its help and
+// exited 0, so a script's `strata timeline brnach ...` seemed to succeed.
+// Without arguments a group still prints its help.
+func strictGroups(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		strictGroups(c)
+	}
+	if !cmd.HasParent() || !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.DisableFlagsInUseLine = true // "strata wal", not "strata wal [flags]"
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2 // what the root uses
+		}
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return errors.New(msg + " (run '" + c.CommandPath() + " --help' for its commands)")
+	}
 }
 
 // exitConfig is the exit status of a configuration error (EX_CONFIG of

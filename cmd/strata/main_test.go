@@ -133,6 +133,32 @@ func TestBadConfigIsOneClearLine(t *testing.T) {
 	}
 }
 
+// TestUnknownSubcommand: a mistyped command under a group fails with its
+// name and a suggestion, as one under the root does; a group alone still
+// prints its help.
+func TestUnknownSubcommand(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	for _, c := range []struct{ args, want string }{
+		{"timeline list", `unknown command "list" for "strata timeline"; did you mean ls?`},
+		{"wal dmp", `unknown command "dmp" for "strata wal"; did you mean dump?`},
+		{"bench rnu", `unknown command "rnu" for "strata bench"; did you mean run?`},
+		{"objectstore frobnicate", `unknown command "frobnicate" for "strata objectstore" (run 'strata objectstore --help'`},
+		{"statuss", `unknown command "statuss" for "strata"`},
+	} {
+		out, e, code := run(t, bin, dir, nil, strings.Fields(c.args)...)
+		if code != 1 || !strings.Contains(e, c.want) || out != "" {
+			t.Errorf("strata %s: exit %d, stderr %q, stdout %q; want exit 1 and %q", c.args, code, e, out, c.want)
+		}
+	}
+	for _, group := range []string{"timeline", "wal", "objectstore", "bench"} {
+		out, e, code := run(t, bin, dir, nil, group)
+		if code != 0 || !strings.Contains(out, "Available Commands:") || strings.Contains(out, "[flags]\n  strata "+group+" [command]") {
+			t.Errorf("strata %s: exit %d, stderr %q, stdout %q; want its help", group, code, e, out)
+		}
+	}
+}
+
 // TestStatusOfStoppedCluster: `strata status` on a cluster that is not
 // running says so (exit 1) and still shows the disk its state takes.
 func TestStatusOfStoppedCluster(t *testing.T) {
