@@ -22,13 +22,6 @@ import (
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// Environment variables that carry the compute's secrets (never argv,
-// which every user can read in /proc).
-const (
-	envComputePassword     = "STRATA_COMPUTE_PASSWORD"
-	envComputeReplPassword = "STRATA_COMPUTE_REPL_PASSWORD"
-)
-
 // newComputeCmd returns `strata compute`: the compute agent, and `strata
 // compute waits`, its wait report.
 func newComputeCmd(a *app) *cobra.Command {
@@ -119,7 +112,7 @@ safekeepers' replication role, created or updated at every start).`,
 				Pageserver: pageserver, Timeline: tl, Safekeepers: safekeepers,
 				ComputeID: computeID, Mountpoint: mountpoint, Scratch: scratch, Port: port,
 				OSUser: full.Compute.OSUser, PGBinDir: full.Compute.PGBinDir,
-				Password: os.Getenv(envComputePassword), ReplUser: replUser, ReplPassword: os.Getenv(envComputeReplPassword),
+				Password: os.Getenv(config.EnvComputePassword), ReplUser: replUser, ReplPassword: os.Getenv(config.EnvComputeReplPassword),
 				FullPageWrites: full.Compute.FullPageWrites, Settings: settings, PGWal: full.Compute.PGWal,
 				Cache: agent.CacheConfig{Strategy: full.Compute.Cache.Strategy, MemoryBudget: budget,
 					LFC: full.Compute.Cache.LFC, SharedBuffers: full.Compute.Cache.SharedBuffers,

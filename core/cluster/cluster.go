@@ -481,7 +481,7 @@ func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)
 	}
-	env := []string{"STRATA_COMPUTE_PASSWORD=" + pgPW, "STRATA_COMPUTE_REPL_PASSWORD=" + replPW}
+	env := []string{config.EnvComputePassword + "=" + pgPW, config.EnvComputeReplPassword + "=" + replPW}
 	return startDetached("compute", c.strata, args, filepath.Join(dir, "compute.log"), env)
 }
 

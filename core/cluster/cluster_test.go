@@ -116,7 +116,7 @@ func buildStrata(t *testing.T) string {
 
 // sleeperEnv makes the test binary, run again by a test, sleep instead of
 // testing: a stand-in process whose command line the test chooses.
-const sleeperEnv = "STRATA_CLUSTER_TEST_SLEEPER"
+const sleeperEnv = "STRATA_TEST_SLEEPER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(sleeperEnv) != "" {

@@ -92,6 +92,30 @@ func TestEnvOverrides(t *testing.T) {
 	}
 }
 
+// TestEnvUnknownVariable: a variable under a section's prefix that names
+// no key is refused, like an unknown key in the file; strata's own
+// variables and those outside every section are left alone.
+func TestEnvUnknownVariable(t *testing.T) {
+	for _, c := range []struct{ env, want string }{
+		{"STRATA_COMPUTE_CACHE_STRATEGYY=lfc", "STRATA_COMPUTE_CACHE_STRATEGYY names no config key (did you mean STRATA_COMPUTE_CACHE_STRATEGY?)"},
+		{"STRATA_CLUSTER_SAFEKEEPRS=3", "did you mean STRATA_CLUSTER_SAFEKEEPERS?"},
+		{"STRATA_COMPUTE_SETTINGS_COMMIT_DELAY=10", "compute.settings is one map: set the whole of it, STRATA_COMPUTE_SETTINGS='{commit_delay: ...}'"},
+		{"STRATA_LOG_LEVL=debug", "did you mean STRATA_LOG_LEVEL?"},
+	} {
+		_, err := LoadEnv("", []string{c.env})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an invalid-config error with %q", c.env, err, c.want)
+		}
+	}
+	cfg, err := LoadEnv("", []string{
+		EnvComputePassword + "=secret", EnvComputeReplPassword + "=secret",
+		"STRATA_LONG_TESTS=1", "STRATA_SAFEKEEPER_POSTGRES=postgres://x", "STRATA_COMPUTE_CACHE_STRATEGY=lfc",
+	})
+	if err != nil || cfg.Compute.Cache.Strategy != "lfc" {
+		t.Fatalf("strata's own variables: %v", err)
+	}
+}
+
 func TestErrorsNameKeyAndFile(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string

@@ -18,6 +18,14 @@ import (
 // objectstore.fs.root is STRATA_OBJECTSTORE_FS_ROOT.
 const EnvPrefix = "STRATA_"
 
+// Environment variables that carry the compute's secrets from strata up to
+// the agent (never argv, which every user can read in /proc). They share
+// the compute section's prefix but are not config keys.
+const (
+	EnvComputePassword     = EnvPrefix + "COMPUTE_PASSWORD"
+	EnvComputeReplPassword = EnvPrefix + "COMPUTE_REPL_PASSWORD"
+)
+
 // ErrInvalid is wrapped by every error that Load returns for a bad file, key,
 // type or value, so callers can tell bad configuration from I/O failures.
 var ErrInvalid = errors.New("invalid config")
@@ -59,12 +67,15 @@ func decodeFile(path string, env []string, out any) error {
 	if err := checkKeys(v.AllKeys(), reflect.TypeOf(out).Elem(), where); err != nil {
 		return err
 	}
-	known, _ := schemaKeys(reflect.TypeOf(out).Elem(), "")
+	known, free := schemaKeys(reflect.TypeOf(out).Elem(), "")
 	envs := map[string]string{}
 	for _, kv := range env {
 		if k, val, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, EnvPrefix) {
 			envs[k] = val
 		}
+	}
+	if err := checkEnv(envs, known, free); err != nil {
+		return err
 	}
 	keys := make([]string, 0, len(known))
 	for k := range known {
@@ -116,6 +127,54 @@ func checkKeys(keys []string, t reflect.Type, where string) error {
 	msg := fmt.Sprintf("%s: unknown key %s", where, unknown[0])
 	if s := suggest(unknown[0], known); s != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	if len(unknown) > 1 {
+		msg += fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, msg)
+}
+
+// checkEnv refuses a variable that names a config section (STRATA_CLUSTER_,
+// STRATA_COMPUTE_, ...) but no key of it: a typo that would otherwise be
+// ignored, leaving the default in force (a cache A/B run on the wrong
+// strategy). Variables outside every section (STRATA_LONG_TESTS and the
+// like) are not the config's to judge.
+func checkEnv(envs map[string]string, known map[string]bool, free []string) error {
+	names := map[string]bool{} // the variable of every key
+	sections := map[string]bool{}
+	for k := range known {
+		names[EnvKey(k)] = true
+		sec, _, _ := strings.Cut(k, ".")
+		sections[EnvKey(sec)+"_"] = true
+	}
+	var unknown []string
+	for name := range envs {
+		if names[name] || name == EnvComputePassword || name == EnvComputeReplPassword {
+			continue
+		}
+		for sec := range sections {
+			if strings.HasPrefix(name, sec) {
+				unknown = append(unknown, name)
+				break
+			}
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	name := unknown[0]
+	msg := fmt.Sprintf("environment: %s names no config key", name)
+	// A variable for one entry of a free-form map: the map is one key.
+	for _, f := range free {
+		k := strings.TrimSuffix(f, ".")
+		if env := EnvKey(k); strings.HasPrefix(name, env+"_") {
+			msg += fmt.Sprintf(" (%s is one map: set the whole of it, %s='{%s: ...}')", k, env, strings.ToLower(strings.TrimPrefix(name, env+"_")))
+			return fmt.Errorf("%w: %s", ErrInvalid, msg)
+		}
+	}
+	if best := suggest(name, names); best != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", best)
 	}
 	if len(unknown) > 1 {
 		msg += fmt.Sprintf(" (and %d more: %s)", len(unknown)-1, strings.Join(unknown[1:], ", "))
