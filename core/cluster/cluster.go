@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -253,6 +254,14 @@ func (c *Cluster) ComputeMetricsAddr() string { return c.metricsAddr(c.cfg.Clust
 // string. progress gets one line per step. A running cluster only returns
 // its string; a partly running one is stopped and started again.
 func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error) {
+	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := c.lock(ctx, progress)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	if st, ok := c.Running(); ok {
 		progress("cluster already running (started " + st.Started + ")")
 		return c.URL()
@@ -262,9 +271,6 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 		c.stopProcs(ctx, st)
 	} else if err := c.strayError(); err != nil {
 		return "", err // a second set of processes would find the ports taken
-	}
-	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
-		return "", err
 	}
 	// The cluster is not running: a mount left at PGDATA is a dead
 	// agent's, and such an agent, killed while it waited on its own mount,
@@ -631,6 +637,13 @@ const (
 // pageserver, then the safekeepers, and removes the state file. The data
 // stays.
 func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
+	if _, err := os.Stat(c.dataDir); err == nil {
+		unlock, err := c.lock(ctx, progress)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	st, err := c.readState()
 	if errors.Is(err, ErrNotRunning) {
 		strays, serr := strayProcs(c.dataDir)
@@ -654,6 +667,39 @@ func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 		progress("stopped")
 	}
 	return err
+}
+
+// lock makes strata up and down on one cluster folder take turns, waiting
+// (and saying so once) while another holds it, until ctx ends: a second up
+// started while the first one still starts processes would find no state
+// file yet and start a second set. The kernel drops the lock with its
+// holder; the servers do not inherit it (close-on-exec).
+func (c *Cluster) lock(ctx context.Context, progress func(string)) (unlock func(), err error) {
+	path := filepath.Join(c.dataDir, "cluster.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	for waiting := false; ; {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("cluster: lock %s: %w", path, err)
+		}
+		if !waiting {
+			progress("waiting for another strata up or down on " + c.absDataDir())
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("cluster: waiting for another strata up or down on %s: %w", c.absDataDir(), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // strayError says which processes of the cluster run without its state

@@ -204,10 +204,40 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	url, err := c.Up(ctx, func(s string) { t.Log(s) })
-	if err != nil {
-		t.Fatal(err)
+	// Two ups at once (two terminals, a script run twice): they take
+	// turns on the folder's lock, the second finds the first's cluster
+	// running and only prints its URL.
+	type upResult struct {
+		url  string
+		said []string
+		err  error
 	}
+	results := make(chan upResult, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			var r upResult
+			r.url, r.err = c.Up(ctx, func(s string) { r.said = append(r.said, s) })
+			results <- r
+		}()
+	}
+	r1, r2 := <-results, <-results
+	if r1.err != nil || r2.err != nil || r1.url != r2.url {
+		t.Fatalf("two ups at once: %q %v / %q %v", r1.url, r1.err, r2.url, r2.err)
+	}
+	waited := 0
+	for _, r := range []upResult{r1, r2} {
+		t.Log(strings.Join(r.said, "\n"))
+		if len(r.said) > 0 && strings.HasPrefix(r.said[0], "waiting for another strata up or down") {
+			waited++
+			if r.said[len(r.said)-1] != "cluster already running (started "+mustState(t, c).Started+")" {
+				t.Errorf("the up that waited said %q, want that the cluster runs", r.said)
+			}
+		}
+	}
+	if waited != 1 {
+		t.Fatalf("%d of two concurrent ups waited for the other, want 1", waited)
+	}
+	url := r1.url
 	if !strings.HasPrefix(url, "postgres://") {
 		t.Fatalf("url %q", url)
 	}
@@ -301,6 +331,15 @@ func TestUpDownUpKeepsData(t *testing.T) {
 	if got := queryString(t, ctx, url, "SELECT count(*)::text FROM t"); got != "1002" {
 		t.Fatalf("after a start on an empty pageserver folder: %s rows, want 1002", got)
 	}
+}
+
+func mustState(t *testing.T, c *Cluster) *State {
+	t.Helper()
+	st, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // upWithoutPageserverFolder stops c and deletes the pageserver's folder:
