@@ -252,7 +252,9 @@ func (c *Cluster) ComputeMetricsAddr() string { return c.metricsAddr(c.cfg.Clust
 // time and starts Postgres); it waits until Postgres accepts connections
 // and a quorum of safekeepers streams from it, and returns the connection
 // string. progress gets one line per step. A running cluster only returns
-// its string; a partly running one is stopped and started again.
+// its string; a partly running one is stopped and started again; one whose
+// processes run without a state file is refused (strata down stops them).
+// Ups and downs of one folder take turns (lock).
 func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error) {
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return "", err
@@ -635,7 +637,7 @@ const (
 // Down stops the compute agent (which stops Postgres with a fast shutdown,
 // whose checkpoint needs the safekeepers, and unmounts), then the
 // pageserver, then the safekeepers, and removes the state file. The data
-// stays.
+// stays. Without a state file it stops the processes strayProcs finds.
 func (c *Cluster) Down(ctx context.Context, progress func(string)) error {
 	if _, err := os.Stat(c.dataDir); err == nil {
 		unlock, err := c.lock(ctx, progress)
