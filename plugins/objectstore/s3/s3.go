@@ -20,6 +20,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"time"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -47,8 +48,9 @@ type Store struct {
 
 var _ objectstore.Store = (*Store)(nil)
 
-// New validates cfg, loads credentials from the AWS SDK's default chain and
-// returns a Store. It contacts S3 only when cfg.CreateBucket is set.
+// New validates cfg, loads credentials from the AWS SDK's default chain
+// (failing at once, with what to set, when it finds none) and returns a
+// Store. It contacts S3 only when cfg.CreateBucket is set.
 func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -61,6 +63,17 @@ func New(ctx context.Context, cfg Config, log zerolog.Logger) (*Store, error) {
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("s3: loading AWS configuration: %w", err)
+	}
+	// Ask for credentials now (the SDK caches them for the first request):
+	// with none anywhere, that request would fail with the chain's long
+	// report, after a try of the EC2 metadata service; say what to set.
+	if awsCfg.Credentials != nil {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := awsCfg.Credentials.Retrieve(cctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("s3: no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a profile in ~/.aws, or run with an instance or pod role (%w)", err)
+		}
 	}
 	if awsCfg.Region == "" {
 		if cfg.Endpoint == "" {

@@ -266,6 +266,31 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// TestNoCredentials: without credentials anywhere, New says what to set
+// instead of leaving the first request to fail. The metadata service is
+// off, so the test stays on this machine.
+func TestNoCredentials(t *testing.T) {
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
+	_, err := s3.New(context.Background(), s3.Config{Bucket: "b", Endpoint: "http://127.0.0.1:1", PathStyle: true, Region: "us-east-1"}, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
+		t.Fatalf("New without credentials: %v", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "fake")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "fake")
+	st, err := s3.New(context.Background(), s3.Config{Bucket: "b", Endpoint: "http://127.0.0.1:1", PathStyle: true, Region: "us-east-1"}, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("New with credentials in the environment: %v", err)
+	}
+	st.Close()
+}
+
 func TestErrorMapping(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "fake")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "fake")
