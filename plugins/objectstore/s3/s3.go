@@ -20,8 +20,8 @@ import (
 	"io"
 	"math"
 	"strings"
-	"time"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
