@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stratadb/strata/internal/procfs"
 )
 
 // Proc is a background process that `strata up` started and `strata down`
@@ -47,32 +48,10 @@ func startDetached(name, bin string, args []string, logPath string, env []string
 	return p, nil
 }
 
-// procStat returns the fields of /proc/PID/stat after the command name:
-// [0] is the state, [3] the session, [19] the start time.
-func procStat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, errors.New("cluster: bad /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return nil, errors.New("cluster: short /proc stat")
-	}
-	return f, nil
-}
-
-// procStartTime reads field 22 of /proc/PID/stat.
+// procStartTime reads the start time of process pid (procfs.Stat).
 func procStartTime(pid int) (uint64, error) {
-	f, err := procStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(f[19], 10, 64)
+	st, err := procfs.ReadStat(pid)
+	return st.StartTime, err
 }
 
 // Alive reports whether the process is still the one that was started.
@@ -80,15 +59,11 @@ func (p Proc) Alive() bool {
 	if p.PID <= 0 {
 		return false
 	}
-	f, err := procStat(p.PID)
-	if err != nil {
+	st, err := procfs.ReadStat(p.PID)
+	if err != nil || (p.StartTime != 0 && st.StartTime != p.StartTime) {
 		return false
 	}
-	st, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil || (p.StartTime != 0 && st != p.StartTime) {
-		return false
-	}
-	return f[0] != "Z" // a zombie is not alive
+	return st.State != 'Z' // a zombie is not alive
 }
 
 // Stop sends SIGTERM to the process group (startDetached made the process
@@ -202,9 +177,8 @@ func clusterServer(argv []string, dir string) (string, bool) {
 	return sub, true
 }
 
-// sessionLeader reports whether pid leads its session (field 6 of
-// /proc/PID/stat).
+// sessionLeader reports whether pid leads its session.
 func sessionLeader(pid int) bool {
-	f, err := procStat(pid)
-	return err == nil && f[3] == strconv.Itoa(pid)
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.Session == pid
 }

@@ -7,12 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stratadb/strata/internal/procfs"
 )
 
 // Proc is a postmaster that a test started on a data directory it prepared
@@ -133,17 +134,7 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if st, err := procfs.ReadStat(n); err == nil && st.PPID == pid {
 			out = append(out, n)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stratadb/strata/internal/procfs"
 )
 
 // CPU is where the machine's CPU went during a window, in percent of the
@@ -112,28 +114,11 @@ func readCPU() cpuSnap {
 }
 
 func readProc(pid int) (procStat, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return procStat{}, false
 	}
-	s := string(b)
-	open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || close < open {
-		return procStat{}, false
-	}
-	f := strings.Fields(s[close+1:])
-	// After the comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13)
-	// cstime(14).
-	if len(f) < 15 {
-		return procStat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	var ticks uint64
-	for _, i := range []int{11, 12, 13, 14} {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += uint64(max(v, 0))
-	}
-	return procStat{ppid: ppid, comm: s[open+1 : close], ticks: ticks}, true
+	return procStat{ppid: st.PPID, comm: st.Comm, ticks: st.Ticks}, true
 }
 
 // Postgres process kinds (CPU.PGKinds).

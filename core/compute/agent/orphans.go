@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stratadb/strata/internal/procfs"
 )
 
 // Every process Postgres forks calls setsid(): each backend is its own
@@ -118,14 +120,9 @@ func waitLockHolder(path string, timeout time.Duration) error {
 // procState returns the state letter of process pid ('R', 'S', 'D', 'Z',
 // ...), or 0 when there is no such process.
 func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || len(s) < i+3 {
-		return 0
-	}
-	return s[i+2]
+	return st.State
 }
