@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/pageserver/client"
@@ -341,9 +343,9 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := c.writeState(st); err != nil {
 		return fail(err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	psCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	if err := c.waitPageserver(startCtx, ps); err != nil {
+	if err := c.waitPageserver(psCtx, ps); err != nil {
 		return fail(err)
 	}
 	cp, err := c.startCompute(tl, filesTL, pgPW, replPW)
@@ -356,11 +358,13 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	}
 	progress(fmt.Sprintf("compute agent (pid %d, log %s): postgres on 127.0.0.1:%d, PGDATA %s on FUSE (timeline %s, synchronous_standby_names = '%s')",
 		cp.PID, cp.Log, pgs.Port, pgs.DataDir, tl, c.syncStandbyNames()))
-	if err := c.waitCompute(startCtx, cp); err != nil {
+	if err := c.waitCompute(ctx, cp, progress); err != nil {
 		return fail(err)
 	}
 	progress(fmt.Sprintf("waiting for %d of %d safekeepers to stream", c.cfg.Cluster.Quorum, c.cfg.Cluster.Safekeepers))
-	if err := c.waitQuorum(startCtx, pgs, pgPW, st); err != nil {
+	qCtx, qcancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer qcancel()
+	if err := c.waitQuorum(qCtx, pgs, pgPW, st); err != nil {
 		return fail(err)
 	}
 	return pgs.URL(pgPW, "postgres"), nil
@@ -493,8 +497,20 @@ func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (
 	return startDetached("compute", c.strata, args, filepath.Join(dir, "compute.log"), env)
 }
 
-// waitCompute waits until the agent reports Postgres ready (its ready file).
-func (c *Cluster) waitCompute(ctx context.Context, p Proc) error {
+// computeStall is how long strata up waits for a compute start whose
+// progress does not move: the agent's own bound (agent.Config.StartTimeout,
+// 10 min) and a minute for it to fail and say why.
+var computeStall = 11 * time.Minute
+
+// waitCompute waits until the agent reports Postgres ready (its ready
+// file). Meanwhile it passes on how far the agent's start got (its /waits
+// report): each new step, and while WAL is fetched or crash recovery
+// replays it, a line every 10 s. A start that keeps moving is waited for
+// however long it takes (crash recovery grows with max_wal_size); one that
+// does not move for computeStall fails, as does one whose agent exits.
+func (c *Cluster) waitCompute(ctx context.Context, p Proc, progress func(string)) error {
+	var step, line string
+	moved, printed := time.Now(), time.Time{}
 	for {
 		if _, err := os.Stat(c.readyFile()); err == nil {
 			return nil
@@ -502,12 +518,57 @@ func (c *Cluster) waitCompute(ctx context.Context, p Proc) error {
 		if !p.Alive() {
 			return fmt.Errorf("cluster: the compute agent exited; its log %s ends with:\n%s", p.Log, tail(p.Log, 4096))
 		}
+		if sp := c.computeStart(ctx); sp != nil && sp.String() != line {
+			line, moved = sp.String(), time.Now()
+			// A new step, or crash recovery's first segment, is said at
+			// once; the figures of one step every 10 s.
+			key := sp.Step
+			if sp.Replaying != "" {
+				key += ", replaying"
+			}
+			if key != step || time.Since(printed) >= 10*time.Second {
+				step, printed = key, time.Now()
+				progress("compute: " + line)
+			}
+		}
+		if idle := time.Since(moved); idle >= computeStall {
+			last := line
+			if last == "" {
+				last = "no report from the agent"
+			}
+			return fmt.Errorf("cluster: postgres not ready: the compute's start made no progress for %s (last: %s; see %s)", idle.Round(time.Second), last, p.Log)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster: postgres not ready: %w (see %s)", ctx.Err(), p.Log)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// computeStart asks the agent how far its start got (nil when it does not
+// answer, metrics are off, or no start runs).
+func (c *Cluster) computeStart(ctx context.Context) *agent.StartProgress {
+	addr := c.ComputeMetricsAddr()
+	if addr == "" {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(qctx, http.MethodGet, "http://"+addr+"/waits", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var r agent.Report
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
+		return nil
+	}
+	return r.Start
 }
 
 // checkPorts fails early, naming the key to change, when a port is taken.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,9 +36,18 @@ func TestStorageRetention(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	url, err := c.Up(ctx, func(string) {})
+	var said []string
+	url, err := c.Up(ctx, func(s string) { said = append(said, s) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	// With metrics on, up passes on the steps of the compute's start
+	// (its /waits report; up asks four times a second, so it may miss a
+	// short step, but not initdb).
+	for _, want := range []string{"compute: initdb ("} {
+		if !slices.ContainsFunc(said, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("strata up did not say %q:\n%s", want, strings.Join(said, "\n"))
+		}
 	}
 	// The compute line's durable LSN is the pageserver's at the time of
 	// the status (the agent asks for it), not the last one the compute's

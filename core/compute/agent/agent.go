@@ -128,7 +128,10 @@ type Config struct {
 	// FeedCommit makes the agent advance the pageserver's commit LSN from
 	// the safekeepers' (for a pageserver that does not follow them).
 	FeedCommit bool
-	// StartTimeout bounds one start, crash recovery included (default 10 min).
+	// StartTimeout bounds how long one start may go without progress
+	// (default 10 min): a step begun, a WAL segment fetched, a segment of
+	// crash recovery replayed, a read or write on the mount (progress.go).
+	// A start that keeps moving runs as long as it needs.
 	StartTimeout time.Duration
 	// StopTimeout bounds Postgres' fast shutdown (default 2 min).
 	StopTimeout time.Duration
@@ -265,6 +268,7 @@ type Agent struct {
 
 	mu        sync.Mutex
 	state     string
+	sp        startTracker // the current start's progress
 	fs        *fusefs.FS
 	be        *psbackend.Backend   // every page and file; in redo mode the files only
 	rb        *redobackend.Backend // redo mode: the relation pages
@@ -379,6 +383,7 @@ func (a *Agent) setState(s string) {
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()
+	a.sp.update(func(p *StartProgress) { p.Step = s })
 	a.log.Info().Str("state", s).Msg("compute")
 }
 
@@ -416,6 +421,7 @@ func (a *Agent) Report() Report {
 	f, be, rb, l := a.fs, a.be, a.rb, a.lfc
 	a.mu.Unlock()
 	r.PageSource = a.cfg.PageSource
+	r.Start = a.sp.report()
 	if l != nil {
 		st := l.Stats()
 		r.LFC = &LFCReport{CapacityBytes: st.CapacityBytes, UsedBytes: st.UsedBytes, BudgetBytes: a.sizing.LFCBytes}
@@ -572,10 +578,24 @@ func (a *Agent) stopOnLost(ctx context.Context) {
 }
 
 // start runs one start of Postgres from storage.
-func (a *Agent) start(ctx context.Context) error {
+func (a *Agent) start(ctx context.Context) (err error) {
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.StartTimeout)
-	defer cancel()
+	a.sp.begin()
+	defer a.sp.end()
+	ctx, stall := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); a.watchStart(ctx, stall) }()
+	defer func() {
+		stall(nil)
+		<-watched
+	}()
+	defer func() {
+		// A start cancelled for want of progress says so, with what it
+		// was doing, rather than only "context canceled".
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrStartStalled) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+	}()
 	tl := a.cfg.filesTimeline()
 	redo := a.cfg.PageSource == PageSourceRedo
 	timelines := []pg.TimelineID{a.cfg.Timeline}
@@ -675,6 +695,10 @@ func (a *Agent) start(ctx context.Context) error {
 			return fmt.Errorf("agent: stored pg_control names checkpoint %s, past the durable end of WAL %s: storage is ahead of the safekeepers", ctl.Checkpoint, e)
 		}
 		a.setState("fetching WAL")
+		a.sp.update(func(p *StartProgress) { p.ReplayFrom, p.ReplayEnd = ctl.Redo, e })
+		src.Progress = func(done, total int) {
+			a.sp.update(func(p *StartProgress) { p.FetchedSegments, p.FetchSegments = done, total })
+		}
 		tf := time.Now()
 		n2, err := FillWAL(ctx, src, walDir, ctl.Timeline, ctl.Redo, e, a.uid, a.gid)
 		if err != nil {

@@ -124,6 +124,9 @@ type WALSource struct {
 	Prefix  string
 	// SegmentSize defaults to 16 MiB.
 	SegmentSize uint64
+	// Progress, when set, is called after each segment written with the
+	// count written and the count to write.
+	Progress func(done, total int)
 }
 
 // FillWAL makes dir (local pg_wal) hold exactly the WAL from the segment
@@ -239,7 +242,9 @@ func checkWAL(ctx context.Context, dir string, from, end pg.LSN, seg uint64) err
 // fillSegments writes the segments of [from, end) into dir (see FillWAL).
 func fillSegments(ctx context.Context, src WALSource, dir string, tli pg.PGTimeline, from, end pg.LSN, seg uint64, uid, gid int) (int, error) {
 	n := 0
-	for no := from.Segment(seg); no*seg < uint64(end); no++ {
+	first := from.Segment(seg)
+	total := int((uint64(end)+seg-1)/seg - first)
+	for no := first; no*seg < uint64(end); no++ {
 		name := walpos.FormatSegmentName(tli, no, seg)
 		data, err := fetchSegment(ctx, src, name, pg.LSN(no*seg), min(pg.LSN((no+1)*seg), end), seg)
 		if err != nil {
@@ -257,6 +262,9 @@ func fillSegments(ctx context.Context, src WALSource, dir string, tli pg.PGTimel
 			return n, err
 		}
 		n++
+		if src.Progress != nil {
+			src.Progress(n, total)
+		}
 	}
 	return n, nil
 }

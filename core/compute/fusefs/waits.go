@@ -76,6 +76,18 @@ func (w *Waits) Observe(op Op, k relpath.Kind, n int, d time.Duration) {
 // Count returns how many operations op on files of kind k were observed.
 func (w *Waits) Count(op Op, k relpath.Kind) uint64 { return w.count[op][k].Load() }
 
+// Ops returns how many reads and writes the filesystem served, every
+// file kind together.
+func (w *Waits) Ops() uint64 {
+	var n uint64
+	for _, op := range []Op{OpRead, OpWrite} {
+		for k := range numKinds {
+			n += w.count[op][k].Load()
+		}
+	}
+	return n
+}
+
 // Total returns the summed duration of operations op on files of kind k.
 func (w *Waits) Total(op Op, k relpath.Kind) time.Duration {
 	return time.Duration(w.nanos[op][k].Load())
