@@ -518,7 +518,7 @@ func (c *Cluster) waitCompute(ctx context.Context, p Proc, progress func(string)
 		if !p.Alive() {
 			return fmt.Errorf("cluster: the compute agent exited; its log %s ends with:\n%s", p.Log, tail(p.Log, 4096))
 		}
-		if sp := c.computeStart(ctx); sp != nil && sp.String() != line {
+		if sp := c.computeProgress(ctx); sp != nil && sp.String() != line {
 			line, moved = sp.String(), time.Now()
 			// A new step, or crash recovery's first segment, is said at
 			// once; the figures of one step every 10 s.
@@ -546,9 +546,79 @@ func (c *Cluster) waitCompute(ctx context.Context, p Proc, progress func(string)
 	}
 }
 
-// computeStart asks the agent how far its start got (nil when it does not
-// answer, metrics are off, or no start runs).
-func (c *Cluster) computeStart(ctx context.Context) *agent.StartProgress {
+// progressWatch passes on the compute agent's reports of a start or stop
+// (agent.Progress) as progress lines: a new step, or crash recovery's
+// first segment, at once; the figures of one step every 10 s. It keeps
+// when the report last moved.
+type progressWatch struct {
+	progress       func(string)
+	step, line     string
+	moved, printed time.Time
+}
+
+func newProgressWatch(progress func(string)) *progressWatch {
+	return &progressWatch{progress: progress, moved: time.Now()}
+}
+
+// see takes a report (nil: none came).
+func (w *progressWatch) see(p *agent.Progress) {
+	if p == nil || p.String() == w.line {
+		return
+	}
+	w.line, w.moved = p.String(), time.Now()
+	key := p.Step
+	if p.Replaying != "" {
+		key += ", replaying"
+	}
+	if key != w.step || time.Since(w.printed) >= 10*time.Second {
+		w.step, w.printed = key, time.Now()
+		w.progress("compute: " + w.line)
+	}
+}
+
+// idle is how long the report has not moved (since the watch began when
+// none came).
+func (w *progressWatch) idle() time.Duration { return time.Since(w.moved) }
+
+// last is the last report, for an error.
+func (w *progressWatch) last() string {
+	if w.line == "" {
+		return "no report from the agent"
+	}
+	return w.line
+}
+
+// stopCompute stops the compute agent (SIGTERM to its group: the agent
+// shuts Postgres down, waits until every write is durable and unmounts),
+// passing on its progress. The shutdown checkpoint writes every dirty page
+// of shared_buffers through the mount, which takes as long as there are
+// pages, so the agent is killed only once its report has not moved for
+// ComputeStopTimeout (from the start, when it reports nothing).
+func (c *Cluster) stopCompute(ctx context.Context, p Proc, progress func(string)) error {
+	if !p.Alive() {
+		return nil
+	}
+	if err := syscall.Kill(-p.PID, syscall.SIGTERM); err != nil {
+		return nil
+	}
+	w := newProgressWatch(progress)
+	for p.Alive() {
+		w.see(c.computeProgress(ctx))
+		if idle := w.idle(); idle >= ComputeStopTimeout {
+			_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+			for i := 0; i < 100 && p.Alive(); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return fmt.Errorf("cluster: the compute (pid %d) made no progress in its stop for %s (last: %s); killed, the next start runs crash recovery", p.PID, idle.Round(time.Second), w.last())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return nil
+}
+
+// computeProgress asks the agent how far its start or stop got (nil when
+// it does not answer, metrics are off, or neither runs).
+func (c *Cluster) computeProgress(ctx context.Context) *agent.Progress {
 	addr := c.ComputeMetricsAddr()
 	if addr == "" {
 		return nil
@@ -568,7 +638,7 @@ func (c *Cluster) computeStart(ctx context.Context) *agent.StartProgress {
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
 		return nil
 	}
-	return r.Start
+	return r.Progress
 }
 
 // checkPorts fails early, naming the key to change, when a port is taken.
@@ -687,9 +757,10 @@ func tail(path string, n int) string {
 }
 
 // How long Down waits for a process after SIGTERM before it kills the
-// process group (and, for the compute, unmounts the data directory): the
-// compute's shutdown checkpoint writes every dirty page through the
-// pageserver, the others stop at once.
+// process group (and, for the compute, unmounts the data directory): for
+// the compute, whose shutdown checkpoint writes every dirty page through
+// the pageserver, how long its stop may go without progress; the others
+// stop at once.
 const (
 	ComputeStopTimeout = 5 * time.Minute
 	ProcStopTimeout    = 30 * time.Second
@@ -797,9 +868,7 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 	var errs []error
 	for i := len(st.Procs) - 1; i >= 0; i-- {
 		p := st.Procs[i]
-		timeout := ProcStopTimeout
 		if p.Name == "compute" && p.Alive() {
-			timeout = ComputeStopTimeout
 			// Postgres' shutdown checkpoint becomes durable only through
 			// the safekeeper quorum: without one the agent would wait for
 			// minutes. Nothing acknowledged is lost by stopping at once
@@ -807,8 +876,7 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 			// start runs crash recovery from it).
 			if n := c.safekeepersAnswering(ctx); n < c.cfg.Cluster.Quorum {
 				progress(fmt.Sprintf("only %d of %d safekeepers answer (%d needed): stopping the compute without a shutdown checkpoint; the next start runs crash recovery", n, c.cfg.Cluster.Safekeepers, c.cfg.Cluster.Quorum))
-				timeout = 2 * time.Second
-				if err := p.Stop(timeout); err != nil && p.Alive() {
+				if err := p.Stop(2 * time.Second); err != nil && p.Alive() {
 					errs = append(errs, err)
 				}
 				if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
@@ -817,16 +885,20 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 				continue
 			}
 		}
-		if err := p.Stop(timeout); err != nil {
-			errs = append(errs, err)
-		}
-		if p.Name == "compute" {
-			// An agent that had to be killed leaves its FUSE mount behind
-			// (and, killed while it waited on that mount, cannot exit
-			// until MountpointCleanup aborts the mount's connection).
-			if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+		if p.Name != "compute" {
+			if err := p.Stop(ProcStopTimeout); err != nil {
 				errs = append(errs, err)
 			}
+			continue
+		}
+		if err := c.stopCompute(ctx, p, progress); err != nil {
+			errs = append(errs, err)
+		}
+		// An agent that had to be killed leaves its FUSE mount behind
+		// (and, killed while it waited on that mount, cannot exit until
+		// MountpointCleanup aborts the mount's connection).
+		if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

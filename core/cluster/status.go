@@ -204,7 +204,7 @@ func (s *Status) Print(w io.Writer) {
 	if r := s.Compute; r != nil {
 		fmt.Fprintf(w, "compute   %s  term %d  E %s  W %s  durable %s  restarts %d  last start %s  cache %s\n",
 			r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Strategy)
-		if p := r.Start; p != nil {
+		if p := r.Progress; p != nil {
 			fmt.Fprintf(w, "compute   starting postgres for %s: %s (last progress %s ago)\n", p.Elapsed, p, p.Idle)
 		}
 	}

@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/stratadb/strata/core/cluster"
 )
 
 // strataTarget is a whole strata cluster on this machine, started with
@@ -191,10 +189,13 @@ func (s *strataTarget) Stop(ctx context.Context) error {
 	if !s.running {
 		return nil
 	}
-	// Longer than strata down's own limits, so that a compute that does
-	// not stop is killed and unmounted by strata down rather than strata
-	// down by us (which would leave the cluster running).
-	limit := cluster.ComputeStopTimeout + 5*cluster.ProcStopTimeout + time.Minute
+	// strata down bounds each process itself (the compute by the time
+	// its stop goes without progress, as its shutdown checkpoint takes
+	// as long as shared_buffers holds dirty pages), and a compute that
+	// does not stop is killed and unmounted by strata down rather than
+	// strata down by us (which would leave the cluster running): this
+	// is only a backstop, far past any of those bounds.
+	limit := time.Hour
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	if _, err := s.strata(ctx, "down"); err != nil {

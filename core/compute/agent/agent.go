@@ -133,7 +133,10 @@ type Config struct {
 	// crash recovery replayed, a read or write on the mount (progress.go).
 	// A start that keeps moving runs as long as it needs.
 	StartTimeout time.Duration
-	// StopTimeout bounds Postgres' fast shutdown (default 2 min).
+	// StopTimeout bounds how long Postgres' fast shutdown may go without
+	// progress (default 2 min): a read or write on the mount (its shutdown
+	// checkpoint writes every dirty page). Then it is killed, and the next
+	// start runs crash recovery.
 	StopTimeout time.Duration
 	// Debug logs every FUSE request.
 	Debug    bool
@@ -383,7 +386,7 @@ func (a *Agent) setState(s string) {
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()
-	a.sp.update(func(p *StartProgress) { p.Step = s })
+	a.sp.update(func(p *Progress) { p.Step = s })
 	a.log.Info().Str("state", s).Msg("compute")
 }
 
@@ -421,7 +424,7 @@ func (a *Agent) Report() Report {
 	f, be, rb, l := a.fs, a.be, a.rb, a.lfc
 	a.mu.Unlock()
 	r.PageSource = a.cfg.PageSource
-	r.Start = a.sp.report()
+	r.Progress = a.sp.report()
 	if l != nil {
 		st := l.Stats()
 		r.LFC = &LFCReport{CapacityBytes: st.CapacityBytes, UsedBytes: st.UsedBytes, BudgetBytes: a.sizing.LFCBytes}
@@ -584,7 +587,10 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	defer a.sp.end()
 	ctx, stall := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
-	go func() { defer close(watched); a.watchStart(ctx, stall) }()
+	a.mu.Lock()
+	bound := a.cfg.StartTimeout
+	a.mu.Unlock()
+	go func() { defer close(watched); a.watchProgress(ctx, stall, bound) }()
 	defer func() {
 		stall(nil)
 		<-watched
@@ -592,7 +598,7 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	defer func() {
 		// A start cancelled for want of progress says so, with what it
 		// was doing, rather than only "context canceled".
-		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrStartStalled) {
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrNoProgress) {
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
 	}()
@@ -695,9 +701,9 @@ func (a *Agent) start(ctx context.Context) (err error) {
 			return fmt.Errorf("agent: stored pg_control names checkpoint %s, past the durable end of WAL %s: storage is ahead of the safekeepers", ctl.Checkpoint, e)
 		}
 		a.setState("fetching WAL")
-		a.sp.update(func(p *StartProgress) { p.ReplayFrom, p.ReplayEnd = ctl.Redo, e })
+		a.sp.update(func(p *Progress) { p.ReplayFrom, p.ReplayEnd = ctl.Redo, e })
 		src.Progress = func(done, total int) {
-			a.sp.update(func(p *StartProgress) { p.FetchedSegments, p.FetchSegments = done, total })
+			a.sp.update(func(p *Progress) { p.FetchedSegments, p.FetchSegments = done, total })
 		}
 		tf := time.Now()
 		n2, err := FillWAL(ctx, src, walDir, ctl.Timeline, ctl.Redo, e, a.uid, a.gid)
@@ -1324,6 +1330,8 @@ func (a *Agent) teardown(clean bool) error {
 // safekeepers, which must still run), makes every write durable and
 // unmounts.
 func (a *Agent) stop() error {
+	a.sp.begin()
+	defer a.sp.end()
 	a.setState("stopping")
 	a.mu.Lock()
 	p, done, f := a.proc, a.done, a.fs
@@ -1350,13 +1358,18 @@ func (a *Agent) stop() error {
 	}
 	var errs []error
 	if p != nil {
+		ctx, stall := context.WithCancelCause(context.Background())
+		watched := make(chan struct{})
+		go func() { defer close(watched); a.watchProgress(ctx, stall, a.cfg.StopTimeout) }()
 		_ = p.Signal(syscall.SIGINT) // fast shutdown
 		select {
 		case <-done:
 			a.log.Info().Msg("postgres stopped")
-		case <-time.After(a.cfg.StopTimeout):
-			errs = append(errs, fmt.Errorf("agent: postgres did not stop in %s; killed", a.cfg.StopTimeout))
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("agent: postgres did not stop (%w); killed, the next start runs crash recovery", context.Cause(ctx)))
 		}
+		stall(nil)
+		<-watched
 	}
 	// The LFC's pages, for the next start: after the shutdown checkpoint,
 	// which wrote the pages that only shared_buffers held into the LFC,

@@ -20,18 +20,23 @@ import (
 // A start of Postgres from storage can be long: the WAL since the last
 // checkpoint is fetched from the safekeepers, then Postgres' crash
 // recovery replays it, reading every page it touches through the mount.
-// Both grow with max_wal_size and checkpoint_timeout, so no fixed bound
-// fits every cluster. The agent bounds a start by the time it goes
-// without progress instead (Config.StartTimeout), and reports how far it
-// got (Report.Start), which `strata up` and `strata compute waits` show.
+// Both grow with max_wal_size and checkpoint_timeout. So can a stop: the
+// shutdown checkpoint writes every dirty page of shared_buffers through
+// the mount. No fixed bound fits every cluster, so the agent bounds each
+// by the time it goes without progress (Config.StartTimeout,
+// Config.StopTimeout) and reports how far it got (Report.Progress), which
+// `strata up`, `strata down`, `strata status` and `strata compute waits`
+// show.
 
-// ErrStartStalled: a start of Postgres made no progress for StartTimeout.
-var ErrStartStalled = errors.New("agent: the start made no progress")
+// ErrNoProgress: a start or a stop of Postgres made no progress for its
+// bound.
+var ErrNoProgress = errors.New("agent: no progress")
 
-// StartProgress is how far the current start of Postgres got.
-type StartProgress struct {
+// Progress is how far the start or the stop of Postgres under way got.
+type Progress struct {
 	// Step is the agent's state: electing, loading, fetching WAL,
-	// mounting, initdb, recovering, waiting for the safekeepers.
+	// mounting, initdb, recovering, waiting for the safekeepers (a start);
+	// stopping (a stop).
 	Step string `json:"step"`
 	// FetchedSegments of FetchSegments WAL segments are in pg_wal
 	// (fetching WAL).
@@ -46,20 +51,20 @@ type StartProgress struct {
 	ReplayFrom pg.LSN `json:"replay_from,omitempty"`
 	ReplayAt   pg.LSN `json:"replay_at,omitempty"`
 	ReplayEnd  pg.LSN `json:"replay_end,omitempty"`
-	// MountOps is how many reads and writes the mount served since this
-	// start mounted it (initdb, and crash recovery reading pages and
-	// writing them out at its end, move it).
+	// MountOps is how many reads and writes the mount served in this
+	// start (since it was mounted) or stop (crash recovery reading pages,
+	// a checkpoint writing them out, move it).
 	MountOps uint64 `json:"mount_ops,omitempty"`
-	// Elapsed is how long the start has run; Idle how long since it last
-	// moved (a new step, a segment fetched, a segment replayed, a read or
-	// write on the mount).
+	// Elapsed is how long the start or stop has run; Idle how long since
+	// it last moved (a new step, a segment fetched, a segment replayed, a
+	// read or write on the mount).
 	Elapsed string `json:"elapsed"`
 	Idle    string `json:"idle"`
 }
 
 // Percent is the share of the WAL to replay that lies below the segment
 // being replayed (0 when unknown).
-func (p *StartProgress) Percent() float64 {
+func (p *Progress) Percent() float64 {
 	if p.ReplayEnd <= p.ReplayFrom || p.ReplayAt <= p.ReplayFrom {
 		return 0
 	}
@@ -67,8 +72,8 @@ func (p *StartProgress) Percent() float64 {
 }
 
 // String is one line for a person: the step and, while WAL is fetched or
-// replayed, how far.
-func (p *StartProgress) String() string {
+// replayed or pages are written, how far.
+func (p *Progress) String() string {
 	var notes []string
 	if p.Step == "recovering" && p.Replaying != "" && p.ReplayEnd > p.ReplayFrom {
 		notes = append(notes, fmt.Sprintf("%s, %.0f%% of %s..%s", p.ReplayAt, p.Percent(), p.ReplayFrom, p.ReplayEnd))
@@ -84,6 +89,8 @@ func (p *StartProgress) String() string {
 		line = "postgres replaying WAL: segment " + p.Replaying
 	case p.Step == "recovering":
 		line = "postgres starting"
+	case p.Step == "stopping":
+		line = "postgres shutting down"
 	case p.Step != "initdb":
 		return line
 	}
@@ -93,24 +100,24 @@ func (p *StartProgress) String() string {
 	return line
 }
 
-// startTracker holds the progress of the current start.
+// startTracker holds the progress of the current start or stop.
 type startTracker struct {
 	mu     sync.Mutex
-	p      StartProgress
+	p      Progress
 	active bool
 	began  time.Time
 	moved  time.Time
 }
 
-// begin starts tracking a new start.
+// begin starts tracking a new start or stop.
 func (t *startTracker) begin() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
-	t.p, t.active, t.began, t.moved = StartProgress{}, true, now, now
+	t.p, t.active, t.began, t.moved = Progress{}, true, now, now
 }
 
-// end stops tracking: the start finished or failed.
+// end stops tracking: the start or stop finished or failed.
 func (t *startTracker) end() {
 	t.mu.Lock()
 	t.active = false
@@ -118,7 +125,7 @@ func (t *startTracker) end() {
 }
 
 // update applies fn to the progress; a change counts as progress.
-func (t *startTracker) update(fn func(*StartProgress)) {
+func (t *startTracker) update(fn func(*Progress)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {
@@ -131,7 +138,8 @@ func (t *startTracker) update(fn func(*StartProgress)) {
 	}
 }
 
-// idle is how long the start has gone without progress (0 when none runs).
+// idle is how long the start or stop has gone without progress (0 when
+// none runs).
 func (t *startTracker) idle() time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -141,8 +149,8 @@ func (t *startTracker) idle() time.Duration {
 	return time.Since(t.moved)
 }
 
-// report is the progress now (nil when no start runs).
-func (t *startTracker) report() *StartProgress {
+// report is the progress now (nil when no start or stop runs).
+func (t *startTracker) report() *Progress {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {
@@ -154,15 +162,22 @@ func (t *startTracker) report() *StartProgress {
 	return &p
 }
 
-// watchStart runs beside one start until ctx ends: five times a second it reads
-// which segment crash recovery replays and how many reads and writes the
-// mount served; it logs the progress every 10 s
-// while WAL is fetched or replayed; and it cancels the start (stop, with
-// ErrStartStalled) once it has gone StartTimeout without progress.
-func (a *Agent) watchStart(ctx context.Context, stop context.CancelCauseFunc) {
+// watchProgress runs beside one start or stop until ctx ends: five times
+// a second it reads which segment crash recovery replays and how many
+// reads and writes the mount served; it logs the progress every 10 s
+// while WAL is fetched or replayed or Postgres shuts down; and it cancels
+// (stop, with ErrNoProgress) once bound has passed without progress.
+func (a *Agent) watchProgress(ctx context.Context, stop context.CancelCauseFunc, bound time.Duration) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	lastLog := time.Now()
+	// Count from here on a mount that exists already (a stop), from its
+	// start on one mounted later (a start).
+	var base uint64
+	mount := a.currentFS()
+	if mount != nil {
+		base = mount.Waits().Ops()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -171,23 +186,26 @@ func (a *Agent) watchStart(ctx context.Context, stop context.CancelCauseFunc) {
 		}
 		a.readReplay()
 		if f := a.currentFS(); f != nil {
-			ops := f.Waits().Ops()
-			a.sp.update(func(p *StartProgress) { p.MountOps = ops })
+			if f != mount {
+				mount, base = f, 0
+			}
+			ops := f.Waits().Ops() - base
+			a.sp.update(func(p *Progress) { p.MountOps = ops })
 		}
 		p := a.sp.report()
 		if p == nil {
 			continue
 		}
-		a.mu.Lock()
-		bound := a.cfg.StartTimeout
-		a.mu.Unlock()
 		if idle := a.sp.idle(); idle >= bound {
-			stop(fmt.Errorf("%w for %s while %s", ErrStartStalled, bound, p))
+			stop(fmt.Errorf("%w for %s while %s", ErrNoProgress, bound, p))
 			return
 		}
-		if (p.Step == "fetching WAL" || p.Step == "recovering") && time.Since(lastLog) >= 10*time.Second {
-			lastLog = time.Now()
-			a.log.Info().Str("progress", p.String()).Str("elapsed", p.Elapsed).Msg("starting postgres")
+		switch p.Step {
+		case "fetching WAL", "recovering", "stopping":
+			if time.Since(lastLog) >= 10*time.Second {
+				lastLog = time.Now()
+				a.log.Info().Str("progress", p.String()).Str("elapsed", p.Elapsed).Msg(p.Step)
+			}
 		}
 	}
 }
@@ -210,7 +228,7 @@ func (a *Agent) readReplay() {
 	if err != nil {
 		return
 	}
-	a.sp.update(func(p *StartProgress) {
+	a.sp.update(func(p *Progress) {
 		p.Replaying, p.ReplayAt = name, pg.LSN(s.SegNo*pg.WALSegmentSize)
 	})
 }

@@ -86,33 +86,33 @@ func TestReplayingSegment(t *testing.T) {
 // progress.
 func TestStartProgress(t *testing.T) {
 	var tr startTracker
-	tr.update(func(p *StartProgress) { p.Step = "electing" })
+	tr.update(func(p *Progress) { p.Step = "electing" })
 	if tr.report() != nil || tr.idle() != 0 {
 		t.Fatal("a tracker reports before its start began")
 	}
 	tr.begin()
-	tr.update(func(p *StartProgress) { p.Step = "fetching WAL"; p.ReplayFrom, p.ReplayEnd = 0x1000028, 0x5800000 })
-	tr.update(func(p *StartProgress) { p.FetchedSegments, p.FetchSegments = 2, 5 })
+	tr.update(func(p *Progress) { p.Step = "fetching WAL"; p.ReplayFrom, p.ReplayEnd = 0x1000028, 0x5800000 })
+	tr.update(func(p *Progress) { p.FetchedSegments, p.FetchSegments = 2, 5 })
 	if got := tr.report().String(); got != "fetching WAL from the safekeepers: 2 of 5 segments" {
 		t.Errorf("fetching: %q", got)
 	}
 	time.Sleep(30 * time.Millisecond)
-	tr.update(func(p *StartProgress) { p.FetchedSegments = 2 }) // no change
+	tr.update(func(p *Progress) { p.FetchedSegments = 2 }) // no change
 	if tr.idle() < 30*time.Millisecond {
 		t.Errorf("an update that changes nothing counted as progress (idle %s)", tr.idle())
 	}
-	tr.update(func(p *StartProgress) { p.Step = "recovering" })
+	tr.update(func(p *Progress) { p.Step = "recovering" })
 	if tr.idle() >= 30*time.Millisecond {
 		t.Errorf("a new step did not count as progress (idle %s)", tr.idle())
 	}
 	if got := tr.report().String(); got != "postgres starting" {
 		t.Errorf("recovering, no segment yet: %q", got)
 	}
-	tr.update(func(p *StartProgress) { p.Replaying, p.ReplayAt = "000000010000000000000003", 0x3000000 })
+	tr.update(func(p *Progress) { p.Replaying, p.ReplayAt = "000000010000000000000003", 0x3000000 })
 	if got := tr.report().String(); got != "postgres replaying WAL: segment 000000010000000000000003 (0/3000000, 44% of 0/1000028..0/5800000)" {
 		t.Errorf("recovering: %q", got)
 	}
-	tr.update(func(p *StartProgress) { p.MountOps = 812 })
+	tr.update(func(p *Progress) { p.MountOps = 812 })
 	if got := tr.report().String(); got != "postgres replaying WAL: segment 000000010000000000000003 (0/3000000, 44% of 0/1000028..0/5800000; 812 reads and writes on the mount)" {
 		t.Errorf("recovering, with reads and writes: %q", got)
 	}
@@ -123,7 +123,7 @@ func TestStartProgress(t *testing.T) {
 }
 
 // TestWatchStartStalls: a start that keeps moving runs past StartTimeout;
-// one that stops moving is cancelled with ErrStartStalled, naming its step.
+// one that stops moving is cancelled with ErrNoProgress, naming its step.
 func TestWatchStartStalls(t *testing.T) {
 	var logs bytes.Buffer
 	a := &Agent{cfg: Config{StartTimeout: 700 * time.Millisecond}, log: zerolog.New(&logs)}
@@ -133,11 +133,11 @@ func TestWatchStartStalls(t *testing.T) {
 	ctx, stop := context.WithCancelCause(context.Background())
 	defer stop(nil)
 	watched := make(chan struct{})
-	go func() { defer close(watched); a.watchStart(ctx, stop) }()
+	go func() { defer close(watched); a.watchProgress(ctx, stop, a.cfg.StartTimeout) }()
 	// Moving: a new segment every 200 ms for 2 s, nearly three times the
 	// bound.
 	for i := range 10 {
-		a.sp.update(func(p *StartProgress) { p.ReplayAt = pg.LSN(i+1) << 24 })
+		a.sp.update(func(p *Progress) { p.ReplayAt = pg.LSN(i+1) << 24 })
 		time.Sleep(200 * time.Millisecond)
 		if ctx.Err() != nil {
 			t.Fatalf("cancelled while moving: %v", context.Cause(ctx))
@@ -150,8 +150,8 @@ func TestWatchStartStalls(t *testing.T) {
 		t.Fatal("a start without progress was not cancelled")
 	}
 	cause := context.Cause(ctx)
-	if !errors.Is(cause, ErrStartStalled) || !strings.Contains(cause.Error(), "postgres starting") {
-		t.Fatalf("cause %v; want ErrStartStalled naming the step", cause)
+	if !errors.Is(cause, ErrNoProgress) || !strings.Contains(cause.Error(), "postgres starting") {
+		t.Fatalf("cause %v; want ErrNoProgress naming the step", cause)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestStartProgressOnCrashRecovery(t *testing.T) {
 	c := runAgent(t, cfg)
 	exec(t, c.url, "CREATE TABLE w (id int, pad text)")
 	exec(t, c.url, "CHECKPOINT")
-	exec(t, c.url, "INSERT INTO w SELECT g, repeat('x', 200) FROM generate_series(1, 400000) g")
+	exec(t, c.url, "INSERT INTO w SELECT g, repeat('x', 200) FROM generate_series(1, 800000) g")
 	lsn := query(t, c.url, "SELECT pg_current_wal_lsn()::text")
 
 	// Sample the report through the restart.
@@ -189,7 +189,7 @@ func TestStartProgressOnCrashRecovery(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			p := c.a.Report().Start
+			p := c.a.Report().Progress
 			if p == nil {
 				continue
 			}
@@ -248,7 +248,61 @@ func TestStartProgressOnCrashRecovery(t *testing.T) {
 	if s.replayFrom == 0 || s.replayTo <= s.replayFrom {
 		t.Errorf("replay range %s..%s", s.replayFrom, s.replayTo)
 	}
-	if n := query(t, c.url, "SELECT count(*)::text FROM w"); n != "400000" {
+	if n := query(t, c.url, "SELECT count(*)::text FROM w"); n != "800000" {
 		t.Fatalf("after the restart: %s rows", n)
+	}
+}
+
+// TestStopProgress: a stop whose shutdown checkpoint writes many dirty
+// pages reports them as progress, and is not cut short by a StopTimeout
+// below its length: the bound is on idleness.
+func TestStopProgress(t *testing.T) {
+	r := startRig(t)
+	cfg := r.agentConfig("c1", StrategySharedBuffers)
+	cfg.Cache.MemoryBudget = 512 << 20 // 384 MB of shared_buffers
+	cfg.Settings = map[string]string{"checkpoint_timeout": "'1h'", "max_wal_size": "'4GB'"}
+	cfg.StopTimeout = time.Second
+	c := runAgent(t, cfg)
+	exec(t, c.url, "CREATE TABLE w (id int, pad text)")
+	exec(t, c.url, "INSERT INTO w SELECT g, repeat('x', 200) FROM generate_series(1, 1000000) g")
+	exec(t, c.url, "CREATE EXTENSION pg_buffercache")
+	dirty := query(t, c.url, "SELECT count(*)::text FROM pg_buffercache WHERE isdirty")
+	var ops uint64
+	var steps []string
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if p := c.a.Report().Progress; p != nil {
+				if len(steps) == 0 || steps[len(steps)-1] != p.Step {
+					steps = append(steps, p.Step)
+				}
+				ops = max(ops, p.MountOps)
+			}
+		}
+	}()
+	t0 := time.Now()
+	c.cancel()
+	c.cancel = nil
+	select {
+	case err := <-c.done:
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("agent did not stop")
+	}
+	took := time.Since(t0)
+	close(done)
+	<-sampled
+	t.Logf("stop took %s with %s dirty buffers; steps %v; %d reads and writes on the mount seen", took, dirty, steps, ops)
+	if !slices.Contains(steps, "stopping") || ops == 0 {
+		t.Fatalf("the stop reported steps %v and %d reads and writes; want stopping, with the checkpoint's writes", steps, ops)
 	}
 }

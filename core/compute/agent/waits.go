@@ -72,9 +72,9 @@ type Report struct {
 	WALLookups WALLookupReport `json:"wal_lookups"`
 	// LFC is the LFC's size now (lfc strategy, while mounted).
 	LFC *LFCReport `json:"lfc,omitempty"`
-	// Start is how far the start of Postgres under way got (nil while
-	// none runs).
-	Start *StartProgress `json:"start,omitempty"`
+	// Progress is how far the start or the stop of Postgres under way
+	// got (nil while none runs).
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 // LFCReport is the LFC's size: a cache advisor, when one runs, moves the
@@ -152,7 +152,7 @@ func cacheWaits(w *cache.Waits) []WaitStat {
 func PrintReport(w io.Writer, r Report) error {
 	fmt.Fprintf(w, "state %s, term %d, E %s, W %s, durable %s, restarts %d, cold start %s, uptime %s\n",
 		r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Uptime)
-	if p := r.Start; p != nil {
+	if p := r.Progress; p != nil {
 		fmt.Fprintf(w, "starting postgres for %s: %s (last progress %s ago)\n", p.Elapsed, p, p.Idle)
 	}
 	if tot := r.CacheHits + r.CacheMisses; tot > 0 {
