@@ -205,7 +205,7 @@ func (s *Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "compute   %s  term %d  E %s  W %s  durable %s  restarts %d  last start %s  cache %s\n",
 			r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Strategy)
 		if p := r.Progress; p != nil {
-			fmt.Fprintf(w, "compute   starting postgres for %s: %s (last progress %s ago)\n", p.Elapsed, p, p.Idle)
+			fmt.Fprintf(w, "compute   %s: %s, for %s (last progress %s ago)\n", p.Verb(), p, p.Elapsed, p.Idle)
 		}
 	}
 	if s.Timeline != "" {

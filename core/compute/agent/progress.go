@@ -71,6 +71,14 @@ func (p *Progress) Percent() float64 {
 	return 100 * float64(min(p.ReplayAt, p.ReplayEnd)-p.ReplayFrom) / float64(p.ReplayEnd-p.ReplayFrom)
 }
 
+// Verb says whether Postgres is starting or stopping.
+func (p *Progress) Verb() string {
+	if p.Step == "stopping" {
+		return "stopping"
+	}
+	return "starting"
+}
+
 // String is one line for a person: the step and, while WAL is fetched or
 // replayed or pages are written, how far.
 func (p *Progress) String() string {

@@ -227,3 +227,31 @@ func (a *Agent) setStateQuiet(s string) {
 	a.state = s
 	a.mu.Unlock()
 }
+
+// TestPrintReportProgress: a start or stop under way is a line of its own.
+func TestPrintReportProgress(t *testing.T) {
+	for _, c := range []struct {
+		p    Progress
+		want string
+	}{
+		{Progress{Step: "fetching WAL", FetchedSegments: 3, FetchSegments: 9, Elapsed: "4s", Idle: "0s"},
+			"starting: fetching WAL from the safekeepers: 3 of 9 segments, for 4s (last progress 0s ago)"},
+		{Progress{Step: "stopping", MountOps: 1200, Elapsed: "31s", Idle: "1s"},
+			"stopping: postgres shutting down (1200 reads and writes on the mount), for 31s (last progress 1s ago)"},
+	} {
+		var buf bytes.Buffer
+		if err := PrintReport(&buf, Report{State: c.p.Step, Strategy: "lfc", Progress: &c.p}); err != nil {
+			t.Fatal(err)
+		}
+		if lines := strings.Split(buf.String(), "\n"); len(lines) < 2 || lines[1] != c.want {
+			t.Errorf("report:\n%s\nwant its second line %q", buf.String(), c.want)
+		}
+	}
+	var buf bytes.Buffer
+	if err := PrintReport(&buf, Report{State: "running", Strategy: "lfc"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "starting") || strings.Contains(buf.String(), "stopping") {
+		t.Errorf("a running compute's report speaks of a start or stop:\n%s", buf.String())
+	}
+}

@@ -153,7 +153,7 @@ func PrintReport(w io.Writer, r Report) error {
 	fmt.Fprintf(w, "state %s, term %d, E %s, W %s, durable %s, restarts %d, cold start %s, uptime %s\n",
 		r.State, r.Term, r.DurableEnd, r.W, r.Durable, r.Restarts, r.ColdStart, r.Uptime)
 	if p := r.Progress; p != nil {
-		fmt.Fprintf(w, "starting postgres for %s: %s (last progress %s ago)\n", p.Elapsed, p, p.Idle)
+		fmt.Fprintf(w, "%s: %s, for %s (last progress %s ago)\n", p.Verb(), p, p.Elapsed, p.Idle)
 	}
 	if tot := r.CacheHits + r.CacheMisses; tot > 0 {
 		fmt.Fprintf(w, "cache %s: %d hits, %d misses (%.1f%% hits)\n", r.Strategy, r.CacheHits, r.CacheMisses, 100*float64(r.CacheHits)/float64(tot))
