@@ -108,8 +108,8 @@ func (p *Progress) String() string {
 	return line
 }
 
-// startTracker holds the progress of the current start or stop.
-type startTracker struct {
+// progressTracker holds the progress of the current start or stop.
+type progressTracker struct {
 	mu     sync.Mutex
 	p      Progress
 	active bool
@@ -118,7 +118,7 @@ type startTracker struct {
 }
 
 // begin starts tracking a new start or stop.
-func (t *startTracker) begin() {
+func (t *progressTracker) begin() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -126,14 +126,14 @@ func (t *startTracker) begin() {
 }
 
 // end stops tracking: the start or stop finished or failed.
-func (t *startTracker) end() {
+func (t *progressTracker) end() {
 	t.mu.Lock()
 	t.active = false
 	t.mu.Unlock()
 }
 
 // update applies fn to the progress; a change counts as progress.
-func (t *startTracker) update(fn func(*Progress)) {
+func (t *progressTracker) update(fn func(*Progress)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {
@@ -148,7 +148,7 @@ func (t *startTracker) update(fn func(*Progress)) {
 
 // idle is how long the start or stop has gone without progress (0 when
 // none runs).
-func (t *startTracker) idle() time.Duration {
+func (t *progressTracker) idle() time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {
@@ -158,7 +158,7 @@ func (t *startTracker) idle() time.Duration {
 }
 
 // report is the progress now (nil when no start or stop runs).
-func (t *startTracker) report() *Progress {
+func (t *progressTracker) report() *Progress {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {

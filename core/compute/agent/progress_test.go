@@ -85,7 +85,7 @@ func TestReplayingSegment(t *testing.T) {
 // TestStartProgress: what the tracker reports and when it counts as
 // progress.
 func TestStartProgress(t *testing.T) {
-	var tr startTracker
+	var tr progressTracker
 	tr.update(func(p *Progress) { p.Step = "electing" })
 	if tr.report() != nil || tr.idle() != 0 {
 		t.Fatal("a tracker reports before its start began")
