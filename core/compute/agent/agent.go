@@ -271,7 +271,7 @@ type Agent struct {
 
 	mu        sync.Mutex
 	state     string
-	sp        progressTracker // the current start's progress
+	sp        progressTracker // the progress of the start or stop under way
 	fs        *fusefs.FS
 	be        *psbackend.Backend   // every page and file; in redo mode the files only
 	rb        *redobackend.Backend // redo mode: the relation pages
