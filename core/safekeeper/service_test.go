@@ -7,12 +7,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -113,6 +117,22 @@ func TestWALServiceFeedbackAndFetch(t *testing.T) {
 	}
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatal("segment fetched from the archive differs from pg_wal")
+	}
+	// Another cluster's WAL in the same store (one bucket for two, or a
+	// cluster made again over the objects of the one before): without its
+	// system identifier the fetch says so rather than guess; with it, it
+	// fetches this cluster's segment.
+	sys := n.Store().Control().SystemID
+	if err := c.mem.Put(ctx, archive.Key("wal", sys+1, name, false), bytes.NewReader(make([]byte, seg)), objectstore.PutOptions{Size: int64(seg)}); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := FetchSegment(ctx, FetchOptions{Archive: c.mem, Prefix: "wal"}, name, &buf); !errors.Is(err, ErrAmbiguousArchive) || !strings.Contains(err.Error(), strconv.FormatUint(sys, 10)) {
+		t.Fatalf("fetch from an archive of two clusters without a system identifier: %v, want ErrAmbiguousArchive naming both", err)
+	}
+	buf.Reset()
+	if err := FetchSegment(ctx, FetchOptions{Archive: c.mem, Prefix: "wal", SystemID: sys}, name, &buf); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("fetch from an archive of two clusters with this one's system identifier: %v (same as pg_wal: %v)", err, bytes.Equal(buf.Bytes(), want))
 	}
 	// The last, partial segment: WAL up to the commit LSN, then zeros.
 	last := walstore.SegmentName(1, uint64(end)/seg, seg)

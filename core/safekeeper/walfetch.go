@@ -39,6 +39,11 @@ type FetchOptions struct {
 // DefaultTailWait is FetchOptions.TailWait's default.
 const DefaultTailWait = 3 * time.Second
 
+// ErrAmbiguousArchive: the archive holds the WAL of more than one cluster
+// and FetchOptions does not say which (SystemID, or a safekeeper that
+// answers).
+var ErrAmbiguousArchive = errors.New("more than one cluster's WAL")
+
 // FetchSegment writes WAL segment name (a pg_wal file name) to w: from the
 // first safekeeper that holds it, WAL up to the commit LSN (never WAL that
 // is not on a quorum), else from the archive. A segment that ends past the
@@ -98,6 +103,13 @@ func FetchSegment(ctx context.Context, o FetchOptions, name string, w io.Writer)
 			ids, err := archive.SystemIDs(ctx, o.Archive, o.Prefix)
 			if err != nil {
 				return err
+			}
+			if len(ids) > 1 {
+				// The store holds the WAL of several clusters (one bucket
+				// for many, or a cluster made again over an old one's
+				// objects): a guess could be another cluster's WAL.
+				errs = append(errs, fmt.Errorf("archive: %w under %q: the WAL of %d clusters (system identifiers %v), and no safekeeper answered to say which is this one's (strata wal fetch --system-id)", ErrAmbiguousArchive, o.Prefix, len(ids), ids))
+				return fmt.Errorf("%w: %s: %w", ErrSegmentNotFound, name, errors.Join(errs...))
 			}
 			if len(ids) == 1 {
 				sysID = ids[0]

@@ -701,6 +701,7 @@ func (a *Agent) start(ctx context.Context) (err error) {
 			return fmt.Errorf("agent: stored pg_control names checkpoint %s, past the durable end of WAL %s: storage is ahead of the safekeepers", ctl.Checkpoint, e)
 		}
 		a.setState("fetching WAL")
+		src.SystemID = ctl.SystemID
 		a.sp.update(func(p *Progress) { p.ReplayFrom, p.ReplayEnd = ctl.Redo, e })
 		src.Progress = func(done, total int) {
 			a.sp.update(func(p *Progress) { p.FetchedSegments, p.FetchSegments = done, total })

@@ -124,6 +124,9 @@ type WALSource struct {
 	Prefix  string
 	// SegmentSize defaults to 16 MiB.
 	SegmentSize uint64
+	// SystemID is the cluster's system identifier (pg_control), which
+	// names its WAL in the archive; 0 takes the archive's only one.
+	SystemID uint64
 	// Progress, when set, is called after each segment written with the
 	// count written and the count to write.
 	Progress func(done, total int)
@@ -283,7 +286,7 @@ func fetchSegment(ctx context.Context, src WALSource, name string, start, end pg
 	}
 	if src.Archive != nil {
 		var buf bytes.Buffer
-		err := safekeeper.FetchSegment(ctx, safekeeper.FetchOptions{Archive: src.Archive, Prefix: src.Prefix, SegmentSize: seg}, name, &buf)
+		err := safekeeper.FetchSegment(ctx, safekeeper.FetchOptions{Archive: src.Archive, Prefix: src.Prefix, SystemID: src.SystemID, SegmentSize: seg}, name, &buf)
 		if err == nil && buf.Len() == int(seg) {
 			b := buf.Bytes()
 			clear(b[end-start:])

@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -133,5 +138,36 @@ func TestRecoverPastCleanShutdown(t *testing.T) {
 	bad[100] ^= 1
 	if _, err := ForceCrashRecovery(bad); err == nil {
 		t.Fatal("a pg_control with a wrong CRC was rewritten")
+	}
+}
+
+// TestFetchSegmentFromSharedArchive: with the safekeepers gone past a
+// segment, the agent reads it from the archive under its own cluster's
+// system identifier, also when the store holds another cluster's WAL (one
+// bucket for two, or a cluster made again over the old one's objects).
+// Before, the agent passed no identifier, the archive's were ambiguous,
+// and the start failed with "not found" (seen on a strata up whose objects
+// folder had held two earlier clusters).
+func TestFetchSegmentFromSharedArchive(t *testing.T) {
+	ctx := context.Background()
+	st := objectstore.NewMemory()
+	const seg = pg.WALSegmentSize
+	name := "000000010000000000000003"
+	for sys, fill := range map[uint64]byte{7001: 'a', 7002: 'b'} {
+		body := bytes.Repeat([]byte{fill}, seg)
+		if err := st.Put(ctx, archive.Key("wal", sys, name, false), bytes.NewReader(body), objectstore.PutOptions{Size: seg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start, end := pg.LSN(3*seg), pg.LSN(3*seg+100)
+	got, err := fetchSegment(ctx, WALSource{Archive: st, Prefix: "wal", SystemID: 7002}, name, start, end, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != seg || got[0] != 'b' || got[99] != 'b' || got[100] != 0 {
+		t.Fatalf("fetched %d bytes starting %q, byte 100 %q: want cluster 7002's segment cut at its end", len(got), got[:1], got[100:101])
+	}
+	if _, err := fetchSegment(ctx, WALSource{Archive: st, Prefix: "wal"}, name, start, end, seg); !errors.Is(err, safekeeper.ErrAmbiguousArchive) {
+		t.Fatalf("without a system identifier: %v, want ErrAmbiguousArchive", err)
 	}
 }
