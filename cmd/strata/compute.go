@@ -57,7 +57,7 @@ safekeepers' replication role, created or updated at every start).`,
 		Example: `  STRATA_COMPUTE_PASSWORD=secret strata compute --pageserver 127.0.0.1:7679 \
     --timeline 0123456789abcdef0123456789abcdef \
     --safekeepers 127.0.0.1:7676,127.0.0.1:7677,127.0.0.1:7678 \
-    --mountpoint /var/lib/strata/pgdata --scratch /var/lib/strata/scratch --port 55432`,
+    --mountpoint /var/lib/strata/pgdata --scratch /var/lib/strata/scratch --port 25432`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			full, err := a.load()

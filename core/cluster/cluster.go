@@ -26,6 +26,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/internal/netport"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -284,6 +285,9 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	}
 	if err := c.checkPorts(); err != nil {
 		return "", err
+	}
+	for _, w := range c.ephemeralPorts() {
+		progress(w)
 	}
 	pgPW, err := c.secret("postgres.password")
 	if err != nil {
@@ -643,25 +647,54 @@ func (c *Cluster) computeProgress(ctx context.Context) *agent.Progress {
 
 // checkPorts fails early, naming the key to change, when a port is taken.
 func (c *Cluster) checkPorts() error {
-	check := func(key string, port int) error {
+	return c.eachPort(func(key string, port int) error {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			return fmt.Errorf("cluster: port %d on 127.0.0.1 is in use (%s): stop what uses it or change %s", port, err, key)
 		}
 		return l.Close()
-	}
-	if err := check("compute.port", c.cfg.Compute.Port); err != nil {
+	})
+}
+
+// eachPort calls fn with every port the cluster's servers listen on and
+// the key that sets it, until fn fails.
+func (c *Cluster) eachPort(fn func(key string, port int) error) error {
+	if err := fn("compute.port", c.cfg.Compute.Port); err != nil {
 		return err
 	}
-	if err := check("cluster.pageserver_port", c.cfg.Cluster.PageserverGRPCPort()); err != nil {
+	if err := fn("cluster.pageserver_port", c.cfg.Cluster.PageserverGRPCPort()); err != nil {
 		return err
 	}
 	for i := range c.safekeeperIDs() {
-		if err := check("cluster.safekeeper_port", c.cfg.Cluster.SafekeeperPort+i); err != nil {
+		if err := fn("cluster.safekeeper_port", c.cfg.Cluster.SafekeeperPort+i); err != nil {
 			return err
 		}
 	}
+	for i := range c.cfg.Cluster.Safekeepers + 2 {
+		if a := c.metricsAddr(i); a != "" {
+			if err := fn("cluster.metrics_port", c.cfg.Cluster.MetricsPort+i); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// ephemeralPorts says which of the cluster's ports lie in the kernel's
+// ephemeral range, where an outgoing connection can take one while its
+// server restarts (internal/netport): one line per key, for a warning.
+func (c *Cluster) ephemeralPorts() []string {
+	lo, hi := netport.EphemeralRange()
+	var out []string
+	seen := map[string]bool{}
+	c.eachPort(func(key string, port int) error {
+		if netport.Ephemeral(port) && !seen[key] {
+			seen[key] = true
+			out = append(out, fmt.Sprintf("warning: %s (%d) is in the kernel's ephemeral port range %d-%d: an outgoing connection can take the port while its server restarts, which then fails with \"address already in use\"; pick a port below %d (or reserve it in net.ipv4.ip_local_reserved_ports)", key, port, lo, hi, lo))
+		}
+		return nil
+	})
+	return out
 }
 
 func (c *Cluster) startSafekeeper(i int, id, replPW string) (Proc, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/internal/netport"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/sdk/objectstore"
 )
@@ -32,13 +33,8 @@ import (
 // then fails with "address already in use" (seen in CI: a safekeeper
 // restarted by TestSafekeeperMissingAtStartJoinsLater).
 func ephemeralStart() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 12000 {
-				return n
-			}
-		}
+	if lo, _ := netport.EphemeralRange(); lo > 12000 {
+		return lo
 	}
 	return 32768
 }

@@ -189,7 +189,7 @@ func (c Cluster) PageserverGRPCPort() int {
 
 // Compute is the Postgres that strata runs.
 type Compute struct {
-	// Port is Postgres' TCP port on 127.0.0.1 (default 55432).
+	// Port is Postgres' TCP port on 127.0.0.1 (default 25432).
 	Port int `mapstructure:"port"`
 	// OSUser is the unprivileged OS user Postgres runs as when strata runs
 	// as root (default postgres).
@@ -404,7 +404,7 @@ func Default() Config {
 	return Config{
 		Cluster: Cluster{DataDir: ".strata", Safekeepers: 3, Quorum: 2, SafekeeperPort: 7676, MetricsPort: 9676, SafekeeperGOMAXPROCS: 1, SafekeeperRawSyscalls: true, SafekeeperWALRetain: "1GiB"},
 		Compute: Compute{
-			Port:           55432,
+			Port:           25432,
 			OSUser:         "postgres",
 			PGBinDir:       "/usr/lib/postgresql/15/bin",
 			FullPageWrites: true,

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stratadb/strata/internal/netport"
 )
 
 // BinDir is where Debian installs the PostgreSQL 15 binaries.
@@ -153,13 +155,8 @@ const portFloor = 20000
 
 // ephemeralStart is the first port of the kernel's ephemeral range.
 func ephemeralStart() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > portFloor+2000 {
-				return n
-			}
-		}
+	if lo, _ := netport.EphemeralRange(); lo > portFloor+2000 {
+		return lo
 	}
 	return 32768
 }

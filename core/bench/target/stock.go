@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/internal/netport"
 )
 
 // DefaultBinDir is where Debian installs PostgreSQL 15.
@@ -126,15 +127,6 @@ func (s *stock) mkdir(path string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (s *stock) initdb() error {
 	root, err := os.MkdirTemp("", "strata-bench-"+s.cfg.Name+"-")
 	if err != nil {
@@ -144,7 +136,7 @@ func (s *stock) initdb() error {
 	if err := s.mkdir(root); err != nil {
 		return err
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = netport.Block(1); err != nil {
 		return err
 	}
 	out, err := s.command("initdb", "-D", s.data, "-U", "postgres", "-E", "UTF8",

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/internal/netport"
 )
 
 // strataTarget is a whole strata cluster on this machine, started with
@@ -75,26 +75,6 @@ func (s *strataTarget) URL() string        { return s.url }
 func (s *strataTarget) MetricsURL() string { return s.cfg.MetricsURL }
 func (s *strataTarget) BinDir() string     { return s.cfg.BinDir }
 
-// portBlock finds n consecutive free loopback TCP ports.
-func portBlock(n int) (int, error) {
-	for try := 0; try < 50; try++ {
-		base := 20000 + rand.IntN(30000)
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("target: no block of %d free ports found", n)
-}
-
 func (s *strataTarget) prepare() error {
 	root, err := os.MkdirTemp("", "strata-bench-"+s.cfg.Name+"-")
 	if err != nil {
@@ -105,12 +85,12 @@ func (s *strataTarget) prepare() error {
 		os.RemoveAll(root)
 		return err
 	}
-	pgPort, err := freePort()
+	pgPort, err := netport.Block(1)
 	if err != nil {
 		os.RemoveAll(root)
 		return err
 	}
-	base, err := portBlock(20)
+	base, err := netport.Block(20)
 	if err != nil {
 		os.RemoveAll(root)
 		return err
