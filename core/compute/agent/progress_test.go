@@ -179,33 +179,19 @@ func TestStartProgressOnCrashRecovery(t *testing.T) {
 		replayFrom, replayTo pg.LSN
 	}
 	var s seen
-	done := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			p := c.a.Report().Progress
-			if p == nil {
-				continue
-			}
-			if len(s.steps) == 0 || s.steps[len(s.steps)-1] != p.Step {
-				s.steps = append(s.steps, p.Step)
-			}
-			if p.FetchSegments > 0 {
-				s.fetchTotal = p.FetchSegments
-				s.fetchedAll = s.fetchedAll || p.FetchedSegments == p.FetchSegments
-			}
-			if p.Replaying != "" && (len(s.replaying) == 0 || s.replaying[len(s.replaying)-1] != p.Replaying) {
-				s.replaying = append(s.replaying, p.Replaying)
-			}
-			s.replayFrom, s.replayTo = p.ReplayFrom, p.ReplayEnd
+	stopSampling := sampleProgress(c.a, func(p *Progress) {
+		if len(s.steps) == 0 || s.steps[len(s.steps)-1] != p.Step {
+			s.steps = append(s.steps, p.Step)
 		}
-	}()
+		if p.FetchSegments > 0 {
+			s.fetchTotal = p.FetchSegments
+			s.fetchedAll = s.fetchedAll || p.FetchedSegments == p.FetchSegments
+		}
+		if p.Replaying != "" && (len(s.replaying) == 0 || s.replaying[len(s.replaying)-1] != p.Replaying) {
+			s.replaying = append(s.replaying, p.Replaying)
+		}
+		s.replayFrom, s.replayTo = p.ReplayFrom, p.ReplayEnd
+	})
 	// The bound on idleness: 2 s, below what the whole restart takes
 	// on a slow machine (logged).
 	c.a.mu.Lock()
@@ -231,8 +217,7 @@ func TestStartProgressOnCrashRecovery(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	took := time.Since(t0)
-	close(done)
-	<-sampled
+	stopSampling()
 	t.Logf("restart took %s; WAL to %s; steps %v; %d segments fetched; replayed %v from %s to %s", took, lsn, s.steps, s.fetchTotal, s.replaying, s.replayFrom, s.replayTo)
 	for _, want := range []string{"fetching WAL", "recovering"} {
 		if !slices.Contains(s.steps, want) {
@@ -269,24 +254,12 @@ func TestStopProgress(t *testing.T) {
 	dirty := query(t, c.url, "SELECT count(*)::text FROM pg_buffercache WHERE isdirty")
 	var ops uint64
 	var steps []string
-	done := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if p := c.a.Report().Progress; p != nil {
-				if len(steps) == 0 || steps[len(steps)-1] != p.Step {
-					steps = append(steps, p.Step)
-				}
-				ops = max(ops, p.MountOps)
-			}
+	stopSampling := sampleProgress(c.a, func(p *Progress) {
+		if len(steps) == 0 || steps[len(steps)-1] != p.Step {
+			steps = append(steps, p.Step)
 		}
-	}()
+		ops = max(ops, p.MountOps)
+	})
 	t0 := time.Now()
 	c.cancel()
 	c.cancel = nil
@@ -299,10 +272,33 @@ func TestStopProgress(t *testing.T) {
 		t.Fatal("agent did not stop")
 	}
 	took := time.Since(t0)
-	close(done)
-	<-sampled
+	stopSampling()
 	t.Logf("stop took %s with %s dirty buffers; steps %v; %d reads and writes on the mount seen", took, dirty, steps, ops)
 	if !slices.Contains(steps, "stopping") || ops == 0 {
 		t.Fatalf("the stop reported steps %v and %d reads and writes; want stopping, with the checkpoint's writes", steps, ops)
+	}
+}
+
+// sampleProgress calls fn with the agent's progress report every 20 ms
+// while a start or stop runs, until the returned stop is called.
+func sampleProgress(a *Agent, fn func(*Progress)) (stop func()) {
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if p := a.Report().Progress; p != nil {
+				fn(p)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-sampled
 	}
 }
