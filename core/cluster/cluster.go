@@ -513,8 +513,7 @@ var computeStall = 11 * time.Minute
 // however long it takes (crash recovery grows with max_wal_size); one that
 // does not move for computeStall fails, as does one whose agent exits.
 func (c *Cluster) waitCompute(ctx context.Context, p Proc, progress func(string)) error {
-	var step, line string
-	moved, printed := time.Now(), time.Time{}
+	w := newProgressWatch(progress)
 	for {
 		if _, err := os.Stat(c.readyFile()); err == nil {
 			return nil
@@ -522,25 +521,9 @@ func (c *Cluster) waitCompute(ctx context.Context, p Proc, progress func(string)
 		if !p.Alive() {
 			return fmt.Errorf("cluster: the compute agent exited; its log %s ends with:\n%s", p.Log, tail(p.Log, 4096))
 		}
-		if sp := c.computeProgress(ctx); sp != nil && sp.String() != line {
-			line, moved = sp.String(), time.Now()
-			// A new step, or crash recovery's first segment, is said at
-			// once; the figures of one step every 10 s.
-			key := sp.Step
-			if sp.Replaying != "" {
-				key += ", replaying"
-			}
-			if key != step || time.Since(printed) >= 10*time.Second {
-				step, printed = key, time.Now()
-				progress("compute: " + line)
-			}
-		}
-		if idle := time.Since(moved); idle >= computeStall {
-			last := line
-			if last == "" {
-				last = "no report from the agent"
-			}
-			return fmt.Errorf("cluster: postgres not ready: the compute's start made no progress for %s (last: %s; see %s)", idle.Round(time.Second), last, p.Log)
+		w.see(c.computeProgress(ctx))
+		if idle := w.idle(); idle >= computeStall {
+			return fmt.Errorf("cluster: postgres not ready: the compute's start made no progress for %s (last: %s; see %s)", idle.Round(time.Second), w.last(), p.Log)
 		}
 		select {
 		case <-ctx.Done():
