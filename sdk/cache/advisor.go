@@ -23,8 +23,9 @@ type Advisor interface {
 
 // Observation is what an Advisor is told each period.
 type Observation struct {
-	// Stats is the cache's counters and sizes now; Prev the same one
-	// period earlier (zero on the first call), so rates are Stats - Prev.
+	// Stats is the cache's counters and sizes now; Prev the same at the
+	// last observation the advisor answered (zero on the first call; a
+	// period earlier unless a call failed), so rates are Stats - Prev.
 	Stats, Prev Stats
 	// Period is the time between Prev and Stats.
 	Period time.Duration
@@ -73,15 +74,18 @@ func RunAdvisor(ctx context.Context, c Cache, a Advisor, o AdvisorOptions) error
 		case now := <-t.C:
 			obs := Observation{Stats: c.Stats(), Prev: prev, Period: now.Sub(last),
 				Waits: o.Waits.Snapshot(), BudgetBytes: o.BudgetBytes}
-			prev, last = obs.Stats, now
 			adv, err := a.Advise(ctx, obs)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				// Prev stays: the next observation spans this period too,
+				// so what happened while the advisor was down (a plugin
+				// being launched again) still reaches it.
 				log.Warn().Err(err).Msg("cache advisor failed; keeping the capacity")
 				continue
 			}
+			prev, last = obs.Stats, now
 			if !adv.Resize {
 				continue
 			}

@@ -20,6 +20,7 @@ type scripted struct {
 	errs    []error
 	seen    []cache.Observation
 	done    chan struct{}
+	during  map[int]func() // run during the i-th call
 }
 
 func (s *scripted) Advise(_ context.Context, obs cache.Observation) (cache.Advice, error) {
@@ -29,6 +30,9 @@ func (s *scripted) Advise(_ context.Context, obs cache.Observation) (cache.Advic
 	s.seen = append(s.seen, obs)
 	if i == len(s.answers)-1 {
 		close(s.done)
+	}
+	if f := s.during[i]; f != nil {
+		f()
 	}
 	if i >= len(s.answers) {
 		return cache.Advice{}, nil
@@ -55,6 +59,9 @@ func TestRunAdvisor(t *testing.T) {
 	}
 	// The third answer comes with an error: it must be ignored.
 	a.answers[2] = cache.Advice{Resize: true, CapacityBytes: 1 << 40}
+	// A hit after the second observation: the third sees it, and its call
+	// fails; the fourth must still see it (Stats - Prev).
+	a.during = map[int]func(){1: func() { _, _ = c.Get(k, make([]byte, pg.BlockSize)) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
@@ -82,6 +89,11 @@ func TestRunAdvisor(t *testing.T) {
 	}
 	if o[3].Stats.CapacityBytes != 10*pg.BlockSize {
 		t.Fatalf("an answer with an error was applied: %+v", o[3].Stats)
+	}
+	// The observation after a failed call spans both periods: nothing
+	// that happened while the advisor was down is lost to it.
+	if o[3].Prev != o[1].Stats || o[3].Stats.Hits-o[3].Prev.Hits != 1 || o[3].Period <= o[2].Period {
+		t.Fatalf("after a failed call: Prev %+v (want the last answered %+v), period %s (the failed one's %s)", o[3].Prev, o[1].Stats, o[3].Period, o[2].Period)
 	}
 	if got := c.Stats().CapacityBytes; got != 0 {
 		t.Fatalf("capacity %d after the last advice (1 byte)", got)
