@@ -212,6 +212,18 @@ func (r *Remote) Timelines(ctx context.Context) ([]pg.TimelineID, error) {
 	return out, err
 }
 
+// LayerSizes returns the layer objects of the timeline in the store, by
+// layer name, with their sizes.
+func (r *Remote) LayerSizes(ctx context.Context, tl pg.TimelineID) (map[string]int64, error) {
+	prefix := LayerKey(tl, "")
+	out := map[string]int64{}
+	err := r.Store.List(ctx, prefix, func(o objectstore.ObjectInfo) error {
+		out[strings.TrimPrefix(o.Key, prefix)] = o.Size
+		return nil
+	})
+	return out, err
+}
+
 // UploadLayers uploads the local files dir/<name> of the given layers in
 // parallel, calling done (if not nil; from any goroutine) after each
 // success. It returns the first error after all uploads ended.

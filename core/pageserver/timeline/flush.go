@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
@@ -218,6 +219,14 @@ func (t *Timeline) Upload(ctx context.Context) error {
 		t.mu.RUnlock()
 		return manifest.ErrFenced
 	}
+	t.mu.RUnlock()
+	if !t.remoteChecked.Load() {
+		if err := t.checkRemote(ctx); err != nil {
+			t.uploadFailed()
+			return err
+		}
+	}
+	t.mu.RLock()
 	m := t.manifestLocked()
 	removed := append([]string(nil), t.removed...)
 	hs := append([]*handle(nil), t.layers.All()...)
@@ -295,6 +304,92 @@ func (t *Timeline) Upload(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkRemote runs before the first upload of a timeline opened from its
+// local manifest. That manifest's "uploaded" marks and generation are about
+// the object store this pageserver last uploaded to; the configured store
+// may not be that one any more (another bucket or folder, a store emptied,
+// or restored from an older copy), and a manifest published on wrong marks
+// names layers the store does not hold: a pageserver started from the
+// store alone would then miss them. So the marks are checked against the
+// layer objects the store lists: a layer it lacks (or holds at another
+// size) is uploaded again from its local copy, and one that is neither
+// local nor in the store is an error that stops uploads (nothing else can
+// bring it back). The store's newest manifest generation, when newer than
+// the local one, is this pageserver's own when it names no layer the
+// timeline does not know (a crash between publishing a manifest and saving
+// it locally); it is adopted, so the next generation does not collide
+// with it. A newer generation naming unknown layers is another
+// pageserver's: the timeline is fenced. REQUIRES: t.flushMu held.
+func (t *Timeline) checkRemote(ctx context.Context) error {
+	rm, err := t.d.Remote.Latest(ctx, t.id)
+	if errors.Is(err, manifest.ErrNoManifest) {
+		rm, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("timeline %s: reading the object store's newest manifest: %w", t.id, err)
+	}
+	objs, err := t.d.Remote.LayerSizes(ctx, t.id)
+	if err != nil {
+		return fmt.Errorf("timeline %s: listing the object store's layers: %w", t.id, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rm != nil && rm.Generation > t.gen {
+		known := map[string]bool{}
+		for _, h := range t.layers.All() {
+			known[h.desc.Name] = true
+		}
+		for _, n := range t.removed {
+			known[n] = true
+		}
+		for _, d := range rm.Layers {
+			if !known[d.Name] {
+				t.fenced = true
+				t.log.Error().Uint64("generation", rm.Generation).Uint64("local_generation", t.gen).Str("unknown_layer", d.Name).
+					Msg("fenced: the object store holds a newer manifest of this timeline, published by another pageserver; uploads stop")
+				return fmt.Errorf("%w: the object store holds generation %d of %s (this pageserver's is %d), naming layer %s that this pageserver does not have",
+					manifest.ErrFenced, rm.Generation, t.id, t.gen, d.Name)
+			}
+		}
+		t.log.Info().Uint64("generation", rm.Generation).Uint64("local_generation", t.gen).
+			Msg("the object store holds a newer manifest of this timeline naming only its own layers (published before a crash): adopting its generation")
+		t.gen = rm.Generation
+	}
+	var again, lost []string
+	for _, h := range t.layers.All() {
+		h.mu.Lock()
+		size, ok := objs[h.desc.Name]
+		switch {
+		case ok && size == h.desc.Size:
+			h.uploaded = true
+		case h.uploaded && !h.gone && h.isLocal():
+			h.uploaded = false
+			again = append(again, h.desc.Name)
+		case h.uploaded && !h.gone:
+			lost = append(lost, h.desc.Name)
+		}
+		h.mu.Unlock()
+	}
+	if len(lost) > 0 {
+		return fmt.Errorf("timeline %s: %d layer files (%s) are neither on local disk nor in the object store: was objectstore changed in the config? Point it back at the store this pageserver uploaded to, or copy that store's objects into the new one",
+			t.id, len(lost), strings.Join(firstN(lost, 3), ", "))
+	}
+	if len(again) > 0 {
+		t.log.Warn().Int("layers", len(again)).Str("first", again[0]).
+			Msg("layers this pageserver uploaded are missing from the object store (was objectstore changed in the config, or the store emptied?): uploading them again")
+	}
+	t.remoteChecked.Store(true)
+	return nil
+}
+
+// firstN returns at most the first n of s, with "..." after when it cut.
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), "...")
 }
 
 func (t *Timeline) uploadFailed() {
@@ -711,7 +806,7 @@ func covers(rs []keyspace.Range, r keyspace.Range) bool {
 // first, until the local layer bytes are at most MaxLocalBytes. Evicted
 // layers are fetched again on demand.
 func (t *Timeline) EvictCold() int {
-	if t.opts.MaxLocalBytes <= 0 || t.d.Remote == nil {
+	if t.opts.MaxLocalBytes <= 0 || t.d.Remote == nil || !t.remoteChecked.Load() {
 		return 0
 	}
 	t.mu.RLock()

@@ -233,6 +233,11 @@ type Timeline struct {
 	fenced      bool
 	closed      bool
 
+	// remoteChecked: the layers' "uploaded" marks are known to be about
+	// the object store in Deps.Remote (checkRemote); until then no layer is
+	// evicted.
+	remoteChecked atomic.Bool
+
 	seq        atomic.Uint64
 	lastRecord atomic.Uint64 // highest LSN ingested or put
 	remoteLSN  atomic.Uint64 // disk consistent LSN of the last published manifest
@@ -335,6 +340,7 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 			}
 			t.log.Info().Uint64("generation", m.Generation).Int("layers", len(m.Layers)).Msg("adopted remote manifest")
 		}
+		t.remoteChecked.Store(true) // the marks come from this store, or there are none
 	case errors.Is(err, os.ErrNotExist):
 		m, err = nil, nil
 	}

@@ -1,0 +1,190 @@
+package timeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// putAndUpload writes pages from..to-1 (page i holds byte i, W = 100+i),
+// flushes and uploads.
+func putAndUpload(t *testing.T, tl *Timeline, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := from; i < to; i++ {
+		if _, err := tl.PutPages(ctx, []PageWrite{{Page: rel.Page(uint32(i)), W: pg.LSN(100 + i), Data: page(byte(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPages reads pages 0..n-1 back from a timeline opened on an empty
+// folder from the store alone.
+func checkPages(t *testing.T, remote *manifest.Remote, id pg.TimelineID, commit *CommitLSN, n int) {
+	t.Helper()
+	tl := openT(t, t.TempDir(), commit, remote, id, nil, 0)
+	defer tl.Close()
+	for i := 0; i < n; i++ {
+		got, err := tl.GetPage(context.Background(), rel.Page(uint32(i)), LatestLSN, 0)
+		if err != nil || !bytes.Equal(got, page(byte(i))) {
+			t.Fatalf("page %d from the store alone: %v", i, err)
+		}
+	}
+}
+
+// TestUploadToAnotherStore: a pageserver restarted on its local state with
+// another object store (the config changed, or the store was emptied)
+// uploads every layer again, so the new store alone serves the timeline. It
+// used to trust the local "uploaded" marks and publish manifests naming
+// layers only the old store held.
+func TestUploadToAnotherStore(t *testing.T) {
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	id := pg.TimelineID{7}
+	dir := t.TempDir()
+	oldStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	a := openT(t, dir, commit, oldStore, id, nil, 0)
+	putAndUpload(t, a, 0, 10)
+	a.Close()
+
+	newStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	a = openT(t, dir, commit, newStore, id, nil, 0)
+	a.opts.MaxLocalBytes = 1
+	if n := a.EvictCold(); n != 0 {
+		t.Fatalf("evicted %d layers before the new store was checked", n)
+	}
+	putAndUpload(t, a, 10, 20)
+	m, err := newStore.Latest(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := newStore.LayerSizes(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Layers {
+		if objs[d.Name] != d.Size {
+			t.Errorf("the new store's manifest names %s (%d bytes), which it holds at %d bytes", d.Name, d.Size, objs[d.Name])
+		}
+	}
+	a.Close()
+	checkPages(t, newStore, id, commit, 20)
+}
+
+// TestUploadLayerLostEverywhere: a layer evicted from local disk (it was in
+// the old store) cannot be uploaded to a new store; uploads fail with an
+// error that says so, and the new store gets no manifest.
+func TestUploadLayerLostEverywhere(t *testing.T) {
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	id := pg.TimelineID{8}
+	dir := t.TempDir()
+	oldStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	a := openT(t, dir, commit, oldStore, id, nil, 0)
+	putAndUpload(t, a, 0, 10)
+	a.opts.MaxLocalBytes = 1
+	if n := a.EvictCold(); n == 0 {
+		t.Fatal("nothing evicted")
+	}
+	a.Close()
+
+	newStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	a = openT(t, dir, commit, newStore, id, nil, 0)
+	defer a.Close()
+	err := a.Upload(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "neither on local disk nor in the object store") {
+		t.Fatalf("upload with layers lost everywhere: %v", err)
+	}
+	if _, err := newStore.Latest(context.Background(), id); !errors.Is(err, manifest.ErrNoManifest) {
+		t.Fatalf("the new store got a manifest: %v", err)
+	}
+	// Pointed back at the old store, it goes on.
+	a.Close()
+	a = openT(t, dir, commit, oldStore, id, nil, 0)
+	putAndUpload(t, a, 10, 20)
+	a.Close()
+	checkPages(t, oldStore, id, commit, 20)
+}
+
+// TestCrashBetweenPublishAndSave: a pageserver killed after publishing a
+// manifest and before saving it locally comes back with the older
+// generation; the store's newer one names only its layers, so it is
+// adopted and the next upload publishes after it (it used to collide with
+// it and fence the timeline for good).
+func TestCrashBetweenPublishAndSave(t *testing.T) {
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	id := pg.TimelineID{9}
+	dir := t.TempDir()
+	store := &manifest.Remote{Store: objectstore.NewMemory()}
+	a := openT(t, dir, commit, store, id, nil, 0)
+	putAndUpload(t, a, 0, 10)
+	for i := 10; i < 15; i++ {
+		if _, err := a.PutPages(context.Background(), []PageWrite{{Page: rel.Page(uint32(i)), W: pg.LSN(100 + i), Data: page(byte(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Upload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := os.WriteFile(filepath.Join(dir, manifestFile), before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a = openT(t, dir, commit, store, id, nil, 0)
+	putAndUpload(t, a, 15, 20)
+	a.Close()
+	m, err := store.Latest(context.Background(), id)
+	if err != nil || m.Generation != 3 {
+		t.Fatalf("latest manifest: %v %+v", err, m)
+	}
+	checkPages(t, store, id, commit, 20)
+}
+
+// TestFencedAtRestart: a pageserver restarted after another one took the
+// timeline over (the store's newer manifest names layers it does not
+// have) is fenced at its first upload.
+func TestFencedAtRestart(t *testing.T) {
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	id := pg.TimelineID{10}
+	dir := t.TempDir()
+	store := &manifest.Remote{Store: objectstore.NewMemory()}
+	a := openT(t, dir, commit, store, id, nil, 0)
+	putAndUpload(t, a, 0, 10)
+	a.Close()
+	b := openT(t, t.TempDir(), commit, store, id, nil, 0)
+	putAndUpload(t, b, 10, 20)
+	b.Close()
+	a = openT(t, dir, commit, store, id, nil, 0)
+	defer a.Close()
+	if _, err := a.PutPages(context.Background(), []PageWrite{{Page: rel.Page(0), W: 600, Data: page(60)}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Flush(context.Background())
+	if err := a.Upload(context.Background()); !errors.Is(err, manifest.ErrFenced) {
+		t.Fatalf("old owner not fenced: %v", err)
+	}
+	checkPages(t, store, id, commit, 20)
+}
