@@ -300,6 +300,17 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := c.checkPageSource(); err != nil {
 		return "", err
 	}
+	if line, err := c.checkGroupChange(); err != nil {
+		return "", err
+	} else if line != "" {
+		progress(line)
+	}
+	// Saved before any member starts: from the first election on, the
+	// acknowledged commits may be on this group's members only, and a
+	// change back is checked as any other.
+	if err := c.saveGroup(); err != nil {
+		return "", err
+	}
 	tl, err := c.timeline()
 	if err != nil {
 		return "", err

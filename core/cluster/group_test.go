@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/core/safekeeper/walstore"
+)
+
+// setGroup changes the safekeeper group of c, in process and for the
+// processes it starts (the agent reads cluster.quorum from the config).
+func setGroup(t *testing.T, c *Cluster, size, quorum int) {
+	t.Setenv("STRATA_CLUSTER_SAFEKEEPERS", itoa(size))
+	t.Setenv("STRATA_CLUSTER_QUORUM", itoa(quorum))
+	c.cfg.Cluster.Safekeepers, c.cfg.Cluster.Quorum = size, quorum
+}
+
+// allStreamAtTheEnd waits until n safekeepers stream from Postgres with
+// every WAL byte flushed.
+func allStreamAtTheEnd(t *testing.T, ctx context.Context, url string, n int) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var k int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE flush_lsn = pg_current_wal_lsn()").Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		if k == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d safekeepers at the end of WAL after a minute", k, n)
+		}
+	}
+}
+
+func count(t *testing.T, ctx context.Context, url string) int {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSafekeeperGroupChange: growing the group from 3 (quorum 2) to 5
+// (quorum 3) while sk3 lacks the last commits is refused before anything
+// starts (three of the five, sk3 and the two new ones, could elect
+// without those commits); after a run with the old group, in which sk3
+// catches up, the change goes through and keeps every row.
+func TestSafekeeperGroupChange(t *testing.T) {
+	c, _ := newTestCluster(t)
+	c.cfg.Cluster.SafekeeperPort = consecutiveFree(t, 6) // 5 safekeepers and the pageserver
+	t.Setenv("STRATA_CLUSTER_SAFEKEEPER_PORT", itoa(c.cfg.Cluster.SafekeeperPort))
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, st := upWithTable(t, ctx, c)
+	for _, p := range st.Procs {
+		if p.Name == "safekeeper sk3" {
+			syscall.Kill(-p.PID, syscall.SIGKILL)
+		}
+	}
+	exec1(t, ctx, url, "INSERT INTO t SELECT generate_series(1, 1000)")
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+
+	setGroup(t, c, 5, 3)
+	_, err := c.Up(ctx, func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "could lose acknowledged commits") || !strings.Contains(err.Error(), "sk3 (") {
+		t.Fatalf("growing the group while sk3 lags: %v", err)
+	}
+	if _, running := c.Running(); running {
+		t.Fatal("a refused up left processes running")
+	}
+	if _, err := os.Stat(filepath.Join(c.dataDir, "safekeepers", "sk4")); err == nil {
+		t.Fatal("a refused up made a folder for sk4")
+	}
+
+	setGroup(t, c, 3, 2)
+	url, err = c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allStreamAtTheEnd(t, ctx, url, 3)
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+
+	setGroup(t, c, 5, 3)
+	var lines []string
+	url, err = c.Up(ctx, func(s string) { lines = append(lines, s) })
+	if err != nil {
+		t.Fatalf("growing the group with every safekeeper caught up: %v", err)
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "the safekeeper group changes from 3 (quorum 2) to 5 (quorum 3): sk1, sk2, sk3 hold all the WAL") {
+		t.Fatalf("up did not say that the group changes: %q", lines)
+	}
+	exec1(t, ctx, url, "INSERT INTO t VALUES (0)")
+	if n := count(t, ctx, url); n != 1001 {
+		t.Fatalf("%d rows after the change, want 1001", n)
+	}
+	if b, err := os.ReadFile(c.groupFile()); err != nil || string(b) != "5 3\n" {
+		t.Fatalf("group file: %q, %v", b, err)
+	}
+}
+
+// TestLastGroup: the recorded group, or for a cluster from before the
+// record, one member per safekeeper folder with a majority quorum.
+func TestLastGroup(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Cluster.DataDir = dir
+	c, err := New(&cfg, "strata", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.lastGroup(); ok || err != nil {
+		t.Fatalf("new cluster: ok %v, %v", ok, err)
+	}
+	for i := 1; i <= 3; i++ {
+		st, err := walstore.Open(walstore.Options{Dir: c.memberDir(i), Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+	}
+	if g, ok, err := c.lastGroup(); !ok || err != nil || g != (group{3, 2}) {
+		t.Fatalf("three folders, no record: %v %v %v", g, ok, err)
+	}
+	if line, err := c.checkGroupChange(); line != "" || err != nil {
+		t.Fatalf("the same group: %q %v", line, err)
+	}
+	cfg.Cluster.Safekeepers, cfg.Cluster.Quorum = 5, 3
+	if line, err := c.checkGroupChange(); err != nil || !strings.Contains(line, "from 3 (quorum 2) to 5 (quorum 3)") {
+		t.Fatalf("growing empty members: %q %v", line, err)
+	}
+	if err := c.saveGroup(); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok, err := c.lastGroup(); !ok || err != nil || g != (group{5, 3}) {
+		t.Fatalf("recorded: %v %v %v", g, ok, err)
+	}
+	os.WriteFile(c.groupFile(), []byte("five\n"), 0o644)
+	if _, _, err := c.lastGroup(); err == nil || !strings.Contains(err.Error(), "want \"<safekeepers> <quorum>\"") {
+		t.Fatalf("a damaged record: %v", err)
+	}
+}
