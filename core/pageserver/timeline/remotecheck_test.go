@@ -46,17 +46,21 @@ func checkPages(t *testing.T, remote *manifest.Remote, id pg.TimelineID, commit 
 	}
 }
 
+// remoteRig returns what each test here starts from: a commit LSN above
+// every write, timeline n, a folder for it and an object store.
+func remoteRig(t *testing.T, n byte) (*CommitLSN, pg.TimelineID, string, *manifest.Remote) {
+	commit := &CommitLSN{}
+	commit.Set(1 << 40)
+	return commit, pg.TimelineID{n}, t.TempDir(), &manifest.Remote{Store: objectstore.NewMemory()}
+}
+
 // TestUploadToAnotherStore: a pageserver restarted on its local state with
 // another object store (the config changed, or the store was emptied)
 // uploads every layer again, so the new store alone serves the timeline. It
 // used to trust the local "uploaded" marks and publish manifests naming
 // layers only the old store held.
 func TestUploadToAnotherStore(t *testing.T) {
-	commit := &CommitLSN{}
-	commit.Set(1 << 40)
-	id := pg.TimelineID{7}
-	dir := t.TempDir()
-	oldStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	commit, id, dir, oldStore := remoteRig(t, 7)
 	a := openT(t, dir, commit, oldStore, id, nil, 0)
 	putAndUpload(t, a, 0, 10)
 	a.Close()
@@ -89,11 +93,7 @@ func TestUploadToAnotherStore(t *testing.T) {
 // the old store) cannot be uploaded to a new store; uploads fail with an
 // error that says so, and the new store gets no manifest.
 func TestUploadLayerLostEverywhere(t *testing.T) {
-	commit := &CommitLSN{}
-	commit.Set(1 << 40)
-	id := pg.TimelineID{8}
-	dir := t.TempDir()
-	oldStore := &manifest.Remote{Store: objectstore.NewMemory()}
+	commit, id, dir, oldStore := remoteRig(t, 8)
 	a := openT(t, dir, commit, oldStore, id, nil, 0)
 	putAndUpload(t, a, 0, 10)
 	a.opts.MaxLocalBytes = 1
@@ -126,11 +126,7 @@ func TestUploadLayerLostEverywhere(t *testing.T) {
 // adopted and the next upload publishes after it (it used to collide with
 // it and fence the timeline for good).
 func TestCrashBetweenPublishAndSave(t *testing.T) {
-	commit := &CommitLSN{}
-	commit.Set(1 << 40)
-	id := pg.TimelineID{9}
-	dir := t.TempDir()
-	store := &manifest.Remote{Store: objectstore.NewMemory()}
+	commit, id, dir, store := remoteRig(t, 9)
 	a := openT(t, dir, commit, store, id, nil, 0)
 	putAndUpload(t, a, 0, 10)
 	for i := 10; i < 15; i++ {
@@ -166,11 +162,7 @@ func TestCrashBetweenPublishAndSave(t *testing.T) {
 // timeline over (the store's newer manifest names layers it does not
 // have) is fenced at its first upload.
 func TestFencedAtRestart(t *testing.T) {
-	commit := &CommitLSN{}
-	commit.Set(1 << 40)
-	id := pg.TimelineID{10}
-	dir := t.TempDir()
-	store := &manifest.Remote{Store: objectstore.NewMemory()}
+	commit, id, dir, store := remoteRig(t, 10)
 	a := openT(t, dir, commit, store, id, nil, 0)
 	putAndUpload(t, a, 0, 10)
 	a.Close()
