@@ -62,6 +62,7 @@ type Archiver struct {
 	waiting map[uint64]time.Time // segments other members own, missing from the store since
 	inStore map[uint64]bool      // segments past a gap known to be in the store
 	buf     []byte               // read buffer (read)
+	checked bool                 // checkStore ran
 }
 
 // New returns an archiver of st.
@@ -90,6 +91,12 @@ func Key(prefix string, systemID uint64, segName string, partial bool) string {
 // Step uploads what is due, up to commit (quorum-durable WAL only), and
 // returns the archived LSN (all WAL below it is in the object store).
 func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
+	if !a.checked {
+		if err := a.checkStore(ctx); err != nil {
+			return 0, err
+		}
+		a.checked = true
+	}
 	ctl := a.st.Control()
 	seg := a.st.SegmentSize()
 	limit := min(commit, ctl.FlushLSN)
@@ -147,6 +154,37 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 		a.o.Logger.Debug().Str("segment", name).Str("end", limit.String()).Msg("archive: uploaded partial segment")
 	}
 	return archived, nil
+}
+
+// checkStore runs before the first step. The control file's archived LSN
+// is about the store this safekeeper archived to, and the configured store
+// may not be that one any more (objectstore changed in the config, a bucket
+// emptied). When the last segment counted archived is missing from the
+// store, the archived LSN goes back to the start of local WAL: the steps
+// then archive again what is still here (each member its own segments, as
+// always) and local WAL is not removed meanwhile. WAL below the start of
+// local WAL is only in the old store, which the log says.
+func (a *Archiver) checkStore(ctx context.Context) error {
+	ctl := a.st.Control()
+	seg := a.st.SegmentSize()
+	if uint64(ctl.ArchivedLSN) < seg {
+		return nil
+	}
+	last := pg.LSN(uint64(ctl.ArchivedLSN)/seg*seg - seg)
+	name := walstore.SegmentName(ctl.Timeline, uint64(last)/seg, seg)
+	there, err := a.stored(ctx, Key(a.o.Prefix, ctl.SystemID, name, false), int64(seg))
+	if err != nil || there {
+		return err
+	}
+	start := pg.LSN(uint64(ctl.StartLSN) / seg * seg)
+	log := a.o.Logger.Warn().Str("segment", name).Str("archived_lsn", ctl.ArchivedLSN.String())
+	log = log.Str("local_wal_from", ctl.StartLSN.String())
+	if start >= ctl.ArchivedLSN {
+		log.Msg("archive: the last segment archived is missing from the object store (was objectstore changed in the config, or the store emptied?); it is no longer on local disk either: WAL archived before is only in the old store")
+		return nil
+	}
+	log.Msg("archive: the last segment archived is missing from the object store (was objectstore changed in the config, or the store emptied?): archiving the local WAL again; WAL archived below local_wal_from is only in the old store")
+	return a.st.UpdateControl(func(c *walstore.Control) { c.ArchivedLSN = start })
 }
 
 // segment archives the full segment at p, or finds it in the store: it

@@ -247,3 +247,50 @@ func BenchmarkArchiveSegment(b *testing.B) {
 		}
 	}
 }
+
+// TestArchiveToAnotherStore: a safekeeper restarted with another object
+// store (the config changed, or the store was emptied) finds the last
+// segment it counted archived missing and archives its local WAL again,
+// so the new store holds it; before, it went on from its archived LSN and
+// the new store never got the WAL below it. With the same store, nothing
+// is uploaded again.
+func TestArchiveToAnotherStore(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(4 * seg)
+	wal := make([]byte, 3*seg+100)
+	rand.New(rand.NewSource(2)).Read(wal)
+	end := start + pg.LSN(len(wal))
+	st := group(t, 1, start, wal)[0]
+	old := &countingStore{Store: objectstore.NewMemory(), puts: map[string]int{}}
+	archived, err := New(Options{Store: old, Prefix: "wal", Logger: zerolog.Nop()}, st).Step(ctx, end)
+	if err != nil || archived != start+3*seg {
+		t.Fatalf("first store: archived %s, %v", archived, err)
+	}
+	// A restart with the same store uploads nothing again.
+	if _, err := New(Options{Store: old, Prefix: "wal", Logger: zerolog.Nop()}, st).Step(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	for k, n := range old.puts {
+		if n != 1 {
+			t.Fatalf("%s uploaded %d times to the same store", k, n)
+		}
+	}
+	fresh := objectstore.NewMemory()
+	archived, err = New(Options{Store: fresh, Prefix: "wal", Logger: zerolog.Nop()}, st).Step(ctx, end)
+	if err != nil || archived != start+3*seg {
+		t.Fatalf("new store: archived %s, %v", archived, err)
+	}
+	for no := uint64(start) / seg; no < uint64(start)/seg+3; no++ {
+		key := Key("wal", 7, walstore.SegmentName(1, no, seg), false)
+		rc, err := fresh.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("segment %d in the new store: %v", no, err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		off := int(uint64(no)*seg - uint64(start))
+		if !bytes.Equal(b, wal[off:off+seg]) {
+			t.Fatalf("segment %d in the new store differs", no)
+		}
+	}
+}
