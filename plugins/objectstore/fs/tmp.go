@@ -73,6 +73,11 @@ func cleanStale(base string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fs: reading %s: %w", base, err)
 	}
+	return cleanListed(base, entries)
+}
+
+// cleanListed is cleanStale on a listing of base, which may be out of date.
+func cleanListed(base string, entries []iofs.DirEntry) (int, error) {
 	locks := map[string]bool{}
 	for _, e := range entries {
 		if name, ok := strings.CutSuffix(e.Name(), ".lock"); ok && !e.IsDir() {
@@ -100,6 +105,14 @@ func cleanStale(base string) (int, error) {
 			continue
 		}
 		if e.IsDir() && !locks[e.Name()] {
+			// A listing taken while other Stores create and remove their
+			// areas may hold a new area's directory and miss its lock file
+			// (readdir under concurrent changes; seen in CI): look again.
+			// An area's lock is created before its directory and removed
+			// after it, so a lock absent now means the area is gone.
+			if _, err := os.Lstat(path + ".lock"); err == nil {
+				continue
+			}
 			if err := os.RemoveAll(path); err != nil {
 				return removed, fmt.Errorf("fs: removing stale temporary files: %w", err)
 			}
