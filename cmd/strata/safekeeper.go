@@ -48,6 +48,7 @@ Postgres needs a replication user with a password, for example:
 			if err != nil {
 				return err
 			}
+			nodeLog := log
 			log = log.With().Str("safekeeper", cfg.ID).Logger()
 			if gomaxprocs < 0 {
 				return fmt.Errorf("%w: --gomaxprocs %d: want 0 (Go's default) or more", config.ErrInvalid, gomaxprocs)
@@ -64,7 +65,9 @@ Postgres needs a replication user with a password, for example:
 				cfg.Postgres = os.Getenv("STRATA_SAFEKEEPER_POSTGRES")
 			}
 			reg := metrics.NewRegistry()
-			deps := safekeeper.Deps{Logger: log, Registry: reg}
+			// The node names itself in its lines: give it the logger
+			// without the ID, or every line has the field twice.
+			deps := safekeeper.Deps{Logger: nodeLog, Registry: reg}
 			if cfg.Archive.Enabled {
 				var st objectstore.Store
 				if archiveDir != "" {
