@@ -27,8 +27,9 @@ func (c *Cluster) configGroup() group {
 
 // lastGroup returns the group the cluster last ran with: the one recorded
 // in groupFile, or, for a cluster from before that file, as many members as
-// safekeeper folders with a majority quorum (the only quorum the config
-// accepts for the default three). ok is false for a new cluster.
+// safekeeper folders, with the configured quorum when that is the
+// configured size (the quorum is not on disk) and a majority otherwise.
+// ok is false for a new cluster.
 func (c *Cluster) lastGroup() (g group, ok bool, err error) {
 	b, err := os.ReadFile(c.groupFile())
 	if err == nil {
@@ -48,6 +49,9 @@ func (c *Cluster) lastGroup() (g group, ok bool, err error) {
 	}
 	if g.size == 0 {
 		return g, false, nil
+	}
+	if g.size == c.cfg.Cluster.Safekeepers {
+		return c.configGroup(), true, nil
 	}
 	return group{g.size, g.size/2 + 1}, true, nil
 }

@@ -132,6 +132,11 @@ func TestLastGroup(t *testing.T) {
 	if g, ok, err := c.lastGroup(); !ok || err != nil || g != (group{3, 2}) {
 		t.Fatalf("three folders, no record: %v %v %v", g, ok, err)
 	}
+	cfg.Cluster.Quorum = 3
+	if g, ok, err := c.lastGroup(); !ok || err != nil || g != (group{3, 3}) {
+		t.Fatalf("three folders, no record, the config's quorum 3: %v %v %v", g, ok, err)
+	}
+	cfg.Cluster.Quorum = 2
 	if line, err := c.checkGroupChange(); line != "" || err != nil {
 		t.Fatalf("the same group: %q %v", line, err)
 	}
