@@ -336,6 +336,9 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	fail := func(err error) (string, error) {
 		c.stopProcs(context.WithoutCancel(ctx), st)
 		_ = os.Remove(c.statePath())
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return "", fmt.Errorf("cluster: up interrupted; the processes it had started are stopped, and the data stays (%w)", err)
+		}
 		return "", err
 	}
 	for i, id := range c.safekeeperIDs() {

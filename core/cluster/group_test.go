@@ -155,3 +155,31 @@ func TestLastGroup(t *testing.T) {
 		t.Fatalf("a damaged record: %v", err)
 	}
 }
+
+// TestUpInterrupted: an up interrupted while the compute starts (Ctrl-C)
+// stops what it started, says so, and the next up starts the cluster.
+func TestUpInterrupted(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := c.Up(ctx, func(s string) {
+		if strings.HasPrefix(s, "compute agent") {
+			cancel()
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "up interrupted; the processes it had started are stopped") {
+		t.Fatalf("interrupted up: %v", err)
+	}
+	if _, running := c.Running(); running {
+		t.Fatal("an interrupted up left processes running")
+	}
+	if strays := c.strayError(); strays != nil {
+		t.Fatal(strays)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel2()
+	url, err := c.Up(ctx2, func(string) {})
+	if err != nil {
+		t.Fatalf("up after an interrupted one: %v", err)
+	}
+	exec1(t, ctx2, url, "CREATE TABLE t (id int)")
+}
