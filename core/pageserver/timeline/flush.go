@@ -379,6 +379,8 @@ func (t *Timeline) checkRemote(ctx context.Context) error {
 	if len(again) > 0 {
 		t.log.Warn().Int("layers", len(again)).Str("first", again[0]).
 			Msg("layers this pageserver uploaded are missing from the object store (was objectstore changed in the config, or the store emptied?): uploading them again")
+	} else if rm != nil {
+		t.remoteLSN.Store(uint64(rm.DiskConsistentLSN)) // what the store holds
 	}
 	t.remoteChecked.Store(true)
 	return nil

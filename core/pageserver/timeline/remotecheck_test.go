@@ -63,10 +63,24 @@ func TestUploadToAnotherStore(t *testing.T) {
 	commit, id, dir, oldStore := remoteRig(t, 7)
 	a := openT(t, dir, commit, oldStore, id, nil, 0)
 	putAndUpload(t, a, 0, 10)
+	published := a.LSNs().RemoteConsistent
+	a.Close()
+	// With the same store, the check finds what was published: no new
+	// generation, the same remote-consistent LSN.
+	a = openT(t, dir, commit, oldStore, id, nil, 0)
+	if err := a.Upload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := oldStore.Latest(context.Background(), id); err != nil || m.Generation != 1 || a.LSNs().RemoteConsistent != published {
+		t.Fatalf("same store after a restart: generation %+v (%v), remote %s, want 1 and %s", m, err, a.LSNs().RemoteConsistent, published)
+	}
 	a.Close()
 
 	newStore := &manifest.Remote{Store: objectstore.NewMemory()}
 	a = openT(t, dir, commit, newStore, id, nil, 0)
+	if rc := a.LSNs().RemoteConsistent; rc != 0 {
+		t.Fatalf("before any upload to the new store, the remote-consistent LSN is %s", rc)
+	}
 	a.opts.MaxLocalBytes = 1
 	if n := a.EvictCold(); n != 0 {
 		t.Fatalf("evicted %d layers before the new store was checked", n)

@@ -357,7 +357,9 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		t.gcCut.Store(uint64(m.GCCutoff))
 		t.seq.Store(m.MaxSeq)
 		t.lastRecord.Store(uint64(m.DiskConsistentLSN))
-		if m.Generation > 0 {
+		// The local manifest's LSN is the store's only once checkRemote
+		// has seen that the store holds what it names.
+		if m.Generation > 0 && (d.Remote == nil || t.remoteChecked.Load()) {
 			t.remoteLSN.Store(uint64(m.DiskConsistentLSN))
 		}
 	}
