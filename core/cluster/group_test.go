@@ -183,3 +183,27 @@ func TestUpInterrupted(t *testing.T) {
 	}
 	exec1(t, ctx2, url, "CREATE TABLE t (id int)")
 }
+
+// TestSafekeeperFoldersLost: a cluster whose safekeeper folders are all
+// gone (the pageserver's timeline and the object store intact) cannot
+// start, since Postgres needs the WAL of its last checkpoint; up says so
+// instead of "storage is ahead of the safekeepers".
+func TestSafekeeperFoldersLost(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	upWithTable(t, ctx, c)
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.dataDir, "safekeepers")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Up(ctx, func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "the safekeepers hold none of its WAL") {
+		t.Fatalf("up without the safekeepers' WAL: %v", err)
+	}
+	if _, running := c.Running(); running {
+		t.Fatal("a failed up left processes running")
+	}
+}

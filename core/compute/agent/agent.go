@@ -697,6 +697,9 @@ func (a *Agent) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		if e == 0 {
+			return fmt.Errorf("agent: timeline %s holds a cluster (pg_control names checkpoint %s) but the safekeepers hold none of its WAL (their folders are new, or were pointed at another group?); Postgres cannot start without the WAL of its last checkpoint: start the safekeepers on the folders that hold it", tl, ctl.Checkpoint)
+		}
 		if e <= ctl.Checkpoint {
 			return fmt.Errorf("agent: stored pg_control names checkpoint %s, past the durable end of WAL %s: storage is ahead of the safekeepers", ctl.Checkpoint, e)
 		}
