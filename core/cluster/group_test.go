@@ -207,3 +207,53 @@ func TestSafekeeperFoldersLost(t *testing.T) {
 		t.Fatal("a failed up left processes running")
 	}
 }
+
+// TestObjectStoreChanged: a cluster moved to another object store between
+// a down and an up (another fs root) ends up whole in the new store: with
+// the pageserver's folder gone, it starts from the new store alone with
+// every row, and the new store holds the safekeepers' archived WAL from
+// its first segment. Before, the pageserver published manifests naming
+// layers only the old store held ("object not found" at that start), and
+// the safekeepers never archived the older WAL again.
+func TestObjectStoreChanged(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url, _ := upWithTable(t, ctx, c)
+	exec1(t, ctx, url, "INSERT INTO t SELECT generate_series(1, 300000)") // 16 MB of WAL and more: archived segments
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	newRoot := filepath.Join(filepath.Dir(c.cfg.ObjectStore.FS.Root), "objects2")
+	t.Setenv("STRATA_OBJECTSTORE_FS_ROOT", newRoot)
+	c.cfg.ObjectStore.FS.Root = newRoot
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "INSERT INTO t VALUES (0)")
+	// The first segment is archived again by its owner (sk1).
+	first := filepath.Join(newRoot, "wal%")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		ms, _ := filepath.Glob(filepath.Join(first, "*", "000000010000000000000001"))
+		if len(ms) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new store has no archived first segment after a minute (%s)", first)
+		}
+	}
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.dataDir, "pageserver")); err != nil {
+		t.Fatal(err)
+	}
+	url, err = c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatalf("up from the new store alone: %v", err)
+	}
+	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM t"); n != "300001" {
+		t.Fatalf("%s rows from the new store, want 300001", n)
+	}
+}
