@@ -311,6 +311,11 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := c.saveGroup(); err != nil {
 		return "", err
 	}
+	if _, err := os.Stat(filepath.Join(c.dataDir, "timeline")); errors.Is(err, os.ErrNotExist) {
+		if line := c.otherTimelines(ctx); line != "" {
+			progress(line)
+		}
+	}
 	tl, err := c.timeline()
 	if err != nil {
 		return "", err

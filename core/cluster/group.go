@@ -1,14 +1,18 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -146,4 +150,39 @@ func (c *Cluster) checkGroupChange() (string, error) {
 			old, cur, newest.flush, newest.lastTerm, have, len(lacking), strings.Join(lacking, ", "), old.size, old.quorum)
 	}
 	return fmt.Sprintf("the safekeeper group changes from %s to %s: %s hold all the WAL (up to %s)", old, cur, strings.Join(complete, ", "), newest.flush), nil
+}
+
+// otherTimelines returns a line for the operator when a new cluster is
+// made on an object store that already holds other clusters' timelines:
+// a cluster whose data folder was lost cannot be started again from them
+// (its safekeepers' WAL and its secrets were in that folder), and an
+// operator who expected `strata up` to find it should hear so before new
+// data goes into a new, empty cluster. "" when the store holds none, or
+// cannot be listed (the pageserver then says why).
+func (c *Cluster) otherTimelines(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := objstore.Open(ctx, c.cfg.ObjectStore, zerolog.Nop(), nil)
+	if err != nil {
+		return ""
+	}
+	defer st.Close()
+	tls, err := (&manifest.Remote{Store: st}).Timelines(ctx)
+	if err != nil || len(tls) == 0 {
+		return ""
+	}
+	var ids []string
+	for _, tl := range tls {
+		ids = append(ids, tl.String())
+	}
+	return fmt.Sprintf("the object store already holds %d timeline(s) of other clusters (%s): this new cluster makes its own; a cluster whose data folder was lost cannot be started from the object store alone (docs/operator.md)",
+		len(ids), strings.Join(firstN(ids, 3), ", "))
+}
+
+// firstN returns at most the first n of s, with "..." after when it cut.
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), "...")
 }

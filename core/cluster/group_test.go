@@ -13,7 +13,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // setGroup changes the safekeeper group of c, in process and for the
@@ -255,5 +258,36 @@ func TestObjectStoreChanged(t *testing.T) {
 	}
 	if n := queryString(t, ctx, url, "SELECT count(*)::text FROM t"); n != "300001" {
 		t.Fatalf("%s rows from the new store, want 300001", n)
+	}
+}
+
+// TestOtherTimelinesNamed: a new cluster on an object store that holds
+// another cluster's timeline says so before it makes its own; on an empty
+// store it says nothing.
+func TestOtherTimelinesNamed(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Cluster.DataDir = filepath.Join(dir, "state")
+	cfg.ObjectStore.FS.Root = filepath.Join(dir, "objects")
+	cfg.ObjectStore.FS.NoSync = true
+	c, err := New(&cfg, "strata", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if line := c.otherTimelines(ctx); line != "" {
+		t.Fatalf("an empty store: %q", line)
+	}
+	st, err := objstore.Open(ctx, cfg.ObjectStore, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other := pg.TimelineID{0xAB, 0xCD}
+	if err := (&manifest.Remote{Store: st}).Publish(ctx, other, &manifest.Manifest{Version: 1, Timeline: other.String(), Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if line := c.otherTimelines(ctx); !strings.Contains(line, "already holds 1 timeline(s) of other clusters ("+other.String()+")") {
+		t.Fatalf("a store with another cluster's timeline: %q", line)
 	}
 }
