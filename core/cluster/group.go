@@ -14,6 +14,7 @@ import (
 	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/internal/brief"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -176,13 +177,5 @@ func (c *Cluster) otherTimelines(ctx context.Context) string {
 		ids = append(ids, tl.String())
 	}
 	return fmt.Sprintf("the object store already holds %d timeline(s) of other clusters (%s): this new cluster makes its own; a cluster whose data folder was lost cannot be started from the object store alone (docs/operator.md)",
-		len(ids), strings.Join(firstN(ids, 3), ", "))
-}
-
-// firstN returns at most the first n of s, with "..." after when it cut.
-func firstN(s []string, n int) []string {
-	if len(s) <= n {
-		return s
-	}
-	return append(append([]string(nil), s[:n]...), "...")
+		len(ids), brief.Join(ids, 3))
 }

@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/internal/brief"
 	"github.com/stratadb/strata/internal/pacedwrite"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -374,7 +374,7 @@ func (t *Timeline) checkRemote(ctx context.Context) error {
 	}
 	if len(lost) > 0 {
 		return fmt.Errorf("timeline %s: %d layer files (%s) are neither on local disk nor in the object store: was objectstore changed in the config? Point it back at the store this pageserver uploaded to, or copy that store's objects into the new one",
-			t.id, len(lost), strings.Join(firstN(lost, 3), ", "))
+			t.id, len(lost), brief.Join(lost, 3))
 	}
 	if len(again) > 0 {
 		t.log.Warn().Int("layers", len(again)).Str("first", again[0]).
@@ -384,14 +384,6 @@ func (t *Timeline) checkRemote(ctx context.Context) error {
 	}
 	t.remoteChecked.Store(true)
 	return nil
-}
-
-// firstN returns at most the first n of s, with "..." after when it cut.
-func firstN(s []string, n int) []string {
-	if len(s) <= n {
-		return s
-	}
-	return append(append([]string(nil), s[:n]...), "...")
 }
 
 func (t *Timeline) uploadFailed() {
