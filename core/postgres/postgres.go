@@ -124,6 +124,10 @@ func (s *Server) Chown(path string) error {
 	return os.Chown(path, int(cred.Uid), int(cred.Gid))
 }
 
+// CheckReachable fails with a clear message when the OS user cannot reach
+// DataDir.
+func (s *Server) CheckReachable() error { return s.checkReachable(s.DataDir) }
+
 // checkReachable fails with a clear message when the OS user cannot reach
 // dir (a parent folder without search permission for others, such as /root).
 func (s *Server) checkReachable(dir string) error {
@@ -133,7 +137,7 @@ func (s *Server) checkReachable(dir string) error {
 	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
 		st, err := os.Stat(d)
 		if err == nil && st.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("postgres: the OS user %q cannot reach %s because %s is not searchable by others (mode %v); put cluster.data_dir somewhere else (e.g. /var/lib/strata) or `chmod o+x %s`", s.osUser(), dir, d, st.Mode().Perm(), d)
+			return fmt.Errorf("postgres: the OS user %q cannot reach %s because %s is not searchable by others (mode %v); use a folder under one that is (for cluster.data_dir or strata restore's --to: e.g. under /var/lib) or `chmod o+x %s`", s.osUser(), dir, d, st.Mode().Perm(), d)
 		}
 		if d == "/" || d == "." {
 			return nil

@@ -228,7 +228,7 @@ func (a *Agent) readReplay() {
 	if pm <= 0 {
 		return
 	}
-	name, ok := replayingSegment(pm, clusterTag(a.cfg.Mountpoint))
+	name, ok := ReplayingSegment(pm, clusterTag(a.cfg.Mountpoint))
 	if !ok {
 		return
 	}
@@ -241,10 +241,10 @@ func (a *Agent) readReplay() {
 	})
 }
 
-// replayingSegment finds the startup process of the postmaster pm (tagged
-// tag) and returns the WAL segment its title says it recovers from
-// ("postgres: <tag>: startup recovering <segment>").
-func replayingSegment(pm int, tag string) (string, bool) {
+// ReplayingSegment finds the startup process of the postmaster pm (tagged
+// tag: its cluster_name) and returns the WAL segment its title says it
+// recovers from ("postgres: <tag>: startup recovering <segment>").
+func ReplayingSegment(pm int, tag string) (string, bool) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return "", false

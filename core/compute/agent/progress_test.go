@@ -68,16 +68,16 @@ func titled(t *testing.T, title string) int {
 func TestReplayingSegment(t *testing.T) {
 	titled(t, "postgres: strata-other: startup recovering 000000010000000000000009")
 	titled(t, "postgres: strata-mine: checkpointer ")
-	if name, ok := replayingSegment(os.Getpid(), "strata-mine"); ok {
+	if name, ok := ReplayingSegment(os.Getpid(), "strata-mine"); ok {
 		t.Fatalf("found %s with no startup process of this cluster", name)
 	}
 	titled(t, "postgres: strata-mine: startup recovering 00000001000000000000000C")
-	name, ok := replayingSegment(os.Getpid(), "strata-mine")
+	name, ok := ReplayingSegment(os.Getpid(), "strata-mine")
 	if !ok || name != "00000001000000000000000C" {
-		t.Fatalf("replayingSegment = %q, %v; want 00000001000000000000000C", name, ok)
+		t.Fatalf("ReplayingSegment = %q, %v; want 00000001000000000000000C", name, ok)
 	}
 	// A startup process of another postmaster (here: a parent that is not pm).
-	if name, ok := replayingSegment(os.Getppid(), "strata-mine"); ok {
+	if name, ok := ReplayingSegment(os.Getppid(), "strata-mine"); ok {
 		t.Fatalf("found %s under another parent", name)
 	}
 }

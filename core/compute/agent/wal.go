@@ -328,3 +328,19 @@ func readSafekeeper(ctx context.Context, addr string, start, end pg.LSN) ([]byte
 	}
 	return data, nil
 }
+
+// FetchSegment returns segment no of PostgreSQL timeline tli, whole and
+// holding the WAL below end only (zeros after it): from the first of
+// src.Safekeepers that holds that range, else from the archive. It is
+// FillWAL's fetch, for a reader that walks WAL a segment at a time.
+func FetchSegment(ctx context.Context, src WALSource, tli pg.PGTimeline, no uint64, end pg.LSN) ([]byte, error) {
+	seg := src.SegmentSize
+	if seg == 0 {
+		seg = pg.WALSegmentSize
+	}
+	start := pg.LSN(no * seg)
+	if end <= start {
+		return nil, fmt.Errorf("agent: segment %d starts at or after the end %s", no, end)
+	}
+	return fetchSegment(ctx, src, walpos.FormatSegmentName(tli, no, seg), start, min(pg.LSN((no+1)*seg), end), seg)
+}

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"github.com/stratadb/strata/core/compute/agent"
+	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/core/restore"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// Restored is what Restore made: the result, and how to run it.
+type Restored struct {
+	*restore.Result
+	Dir  string
+	Port int
+	// URL connects to the restored server once it is started (the
+	// cluster's superuser password: the copy keeps its roles).
+	URL string
+	// Start is the command that starts it.
+	Start string
+}
+
+// Restore writes a stock PostgreSQL data directory holding the cluster's
+// database as it was at `at` into dir (package restore), reading the
+// pages from the running cluster's pageserver and the WAL from its
+// safekeepers and the object store's archive. The restored server is
+// configured for port (0: a free one) and left stopped.
+func (c *Cluster) Restore(ctx context.Context, at restore.Target, dir string, port int, progress func(string)) (*Restored, error) {
+	st, ok := c.Running()
+	if !ok {
+		return nil, fmt.Errorf("restore: the cluster in %s is not running: a restore reads pages from its pageserver and WAL from its safekeepers; start it with `strata up`", c.absDataDir())
+	}
+	tl, err := pg.ParseTimelineID(st.Timeline)
+	if err != nil {
+		return nil, fmt.Errorf("restore: %s: %w", c.statePath(), err)
+	}
+	var filesTL pg.TimelineID
+	if st.FilesTimeline != "" {
+		if filesTL, err = pg.ParseTimelineID(st.FilesTimeline); err != nil {
+			return nil, fmt.Errorf("restore: %s: %w", c.statePath(), err)
+		}
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if inside(abs, c.absDataDir()) {
+		return nil, fmt.Errorf("restore: %s is inside the cluster's folder %s: give a folder outside it", abs, c.absDataDir())
+	}
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	ps, err := client.Dial(st.Pageserver)
+	if err != nil {
+		return nil, fmt.Errorf("restore: pageserver %s: %w", st.Pageserver, err)
+	}
+	defer ps.Close()
+	store, err := objstore.Open(ctx, c.cfg.ObjectStore, c.log, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	pw, err := c.secret("postgres.password")
+	if err != nil {
+		return nil, err
+	}
+	res, err := restore.Run(ctx, restore.Options{
+		Pageserver: ps, Timeline: tl, FilesTimeline: filesTL, Redo: st.PageSource == "redo",
+		WAL:      agent.WALSource{Safekeepers: c.safekeeperAddrs(), Archive: store, Prefix: "wal"},
+		Postgres: postgres.Server{BinDir: c.cfg.Compute.PGBinDir, OSUser: c.cfg.Compute.OSUser},
+		Dir:      abs, Port: port, At: at, Progress: progress, Log: c.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv := postgres.Server{BinDir: c.cfg.Compute.PGBinDir, DataDir: abs, Port: port}
+	start := fmt.Sprintf("pg_ctl -D %s -l %s start", abs, filepath.Join(abs, "postgres.log"))
+	if bin := c.cfg.Compute.PGBinDir; bin != "" {
+		start = filepath.Join(bin, start)
+	} else {
+		start = filepath.Join(postgres.DefaultBinDir, start)
+	}
+	if cred, _ := srv.Credential(); cred != nil {
+		user := c.cfg.Compute.OSUser
+		if user == "" {
+			user = "postgres"
+		}
+		start = fmt.Sprintf("runuser -u %s -- %s", user, start)
+	}
+	return &Restored{Result: res, Dir: abs, Port: port, URL: srv.URL(pw, "postgres"), Start: start}, nil
+}
+
+// inside reports whether p is dir or lies under it.
+func inside(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (rel == "." || !startsWithParent(rel))
+}
+
+func startsWithParent(rel string) bool {
+	return len(rel) >= 3 && rel[:3] == ".."+string(filepath.Separator)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free when picked.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, errors.New("restore: no free port on 127.0.0.1: " + err.Error())
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

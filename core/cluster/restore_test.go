@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/core/restore"
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestRestore: `strata restore` on a running cluster. Work before and after
+// a checkpoint, then an LSN and a time are noted, then a table is emptied
+// and another dropped, and more work follows. A restore at the LSN and one
+// at the time each give a data directory that starts with the printed
+// command, answers on the printed URL, holds exactly the data of that
+// moment (both tables, the pgbench sums) and passes pg_amcheck, though
+// the pageserver holds newer versions of every page changed since; the
+// cluster keeps its own data. A restore at the newest moment holds the
+// cluster's. Bad targets and folders are refused with what to do, and
+// nothing is left behind.
+func TestRestore(t *testing.T) {
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
+	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
+	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	exec1(t, ctx, url, "CHECKPOINT")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	const check = `SELECT concat_ws(' ', (SELECT count(*) FROM keep),
+		(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
+		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`
+	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atX := queryString(t, ctx, url, check)
+	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
+	time.Sleep(1100 * time.Millisecond)
+	at, err := time.Parse(time.RFC3339Nano, queryString(t, ctx, url, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atTime := queryString(t, ctx, url, check)
+	time.Sleep(1100 * time.Millisecond)
+	exec1(t, ctx, url, "DROP TABLE t")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	// Every page changed since is written to the pageserver (its
+	// versions after the moments restored to), and t's files unlinked.
+	exec1(t, ctx, url, "CHECKPOINT")
+	now := queryString(t, ctx, url, `SELECT concat_ws(' ', (SELECT count(*) FROM keep), to_regclass('t') IS NULL,
+		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`)
+	t.Logf("at %s: %s; at %s: %s; now: %s", x, atX, at.Format(time.RFC3339Nano), atTime, now)
+
+	root := pgtest.MkdirOwned(t, "strata-restore-test-")
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	byLSN := restoreAndCheck(t, ctx, c, restore.Target{LSN: x}, filepath.Join(root, "by-lsn"), check, atX, true)
+	if byLSN.EndOfWAL || byLSN.LSN != x || !strings.Contains(byLSN.Stop, x.String()) {
+		t.Errorf("restore at %s: %+v", x, byLSN.Result)
+	}
+	byTime := restoreAndCheck(t, ctx, c, restore.Target{Time: at}, filepath.Join(root, "by-time"), check, atTime, false)
+	if byTime.LSN <= x || byTime.LastCommit == "" {
+		t.Errorf("restore at %s: %+v", at, byTime.Result)
+	}
+	latest := restoreAndCheck(t, ctx, c, restore.Target{Time: time.Now().Add(time.Minute)}, filepath.Join(root, "latest"),
+		`SELECT concat_ws(' ', (SELECT count(*) FROM keep), to_regclass('t') IS NULL,
+		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`, now, false)
+	if !latest.EndOfWAL {
+		t.Errorf("restore a minute from now: %+v, want the end of WAL", latest.Result)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*) FROM keep"); got != "500" {
+		t.Errorf("the cluster after the restores: keep has %s rows", got)
+	}
+
+	// Refusals.
+	for _, tc := range []struct {
+		at   restore.Target
+		dir  string
+		want error
+		say  string
+	}{
+		{restore.Target{LSN: x + 1<<40}, filepath.Join(root, "new"), restore.ErrTooNew, "past the newest durable WAL"},
+		{restore.Target{LSN: 0x100}, filepath.Join(root, "new"), restore.ErrTooOld, "storage.pitr"},
+		{restore.Target{Time: time.Now().Add(-24 * time.Hour)}, filepath.Join(root, "new"), restore.ErrTooOld, "before the oldest moment"},
+		{restore.Target{LSN: x}, filepath.Join(root, "by-lsn"), restore.ErrDirNotEmpty, "give a new folder"},
+		{restore.Target{LSN: x}, filepath.Join(c.dataDir, "copy"), nil, "inside the cluster's folder"},
+	} {
+		_, err := c.Restore(ctx, tc.at, tc.dir, 0, func(string) {})
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(err.Error(), tc.say) {
+			t.Errorf("restore at %s into %s: %v, want %v saying %q", tc.at, tc.dir, err, tc.want, tc.say)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "new")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused restore left %s: %v", filepath.Join(root, "new"), err)
+	}
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restore(ctx, restore.Target{LSN: x}, filepath.Join(root, "new"), 0, func(string) {}); err == nil || !strings.Contains(err.Error(), "strata up") {
+		t.Errorf("restore of a stopped cluster: %v, want it to say to start it", err)
+	}
+}
+
+// restoreAndCheck restores at into dir, starts the copy with the command
+// Restore printed, checks that sql gives want on the printed URL (and
+// pg_amcheck when amcheck), and stops it.
+func restoreAndCheck(t *testing.T, ctx context.Context, c *Cluster, at restore.Target, dir, sql, want string, amcheck bool) *Restored {
+	t.Helper()
+	var said []string
+	r, err := c.Restore(ctx, at, dir, 0, func(s string) { said = append(said, s) })
+	if err != nil {
+		t.Fatalf("restore at %s: %v\n%s", at, err, strings.Join(said, "\n"))
+	}
+	t.Logf("restore at %s: %s in %s, %d pages, %d WAL segments, checkpoint %s, stop %q, last commit %s; said %q",
+		at, r.LSN, r.Took, r.Pages, r.Segments, r.Checkpoint, r.Stop, r.LastCommit, said)
+	if _, err := os.Stat(filepath.Join(dir, "recovery.signal")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s: recovery.signal is still there (not promoted?): %v", dir, err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "pg_replslot")); err != nil || len(ents) != 0 {
+		t.Errorf("%s: pg_replslot holds %d entries (%v), want the cluster's slots dropped", dir, len(ents), err)
+	}
+	out, err := exec.CommandContext(ctx, "sh", "-c", r.Start).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", r.Start, err, out)
+	}
+	srv := postgres.Server{DataDir: dir, Port: r.Port}
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	if got := queryString(t, ctx, r.URL, sql); got != want {
+		t.Errorf("restore at %s holds %q, want %q", at, got, want)
+	}
+	if got := queryString(t, ctx, r.URL, "SELECT pg_is_in_recovery()::text || ' ' || current_setting('synchronous_standby_names') || '.'"); got != "false ." {
+		t.Errorf("the restored server: in recovery, synchronous_standby_names: %q", got)
+	}
+	if amcheck {
+		pgtool(t, r.URL, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	}
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
