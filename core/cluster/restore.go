@@ -33,6 +33,12 @@ type Restored struct {
 // safekeepers and the object store's archive. The restored server is
 // configured for port (0: a free one) and left stopped.
 func (c *Cluster) Restore(ctx context.Context, at restore.Target, dir string, port int, progress func(string)) (*Restored, error) {
+	return c.restore(ctx, at, dir, port, progress, nil)
+}
+
+// restore is Restore; adjust, when set, changes the options first (a test
+// takes the WAL from the archive alone).
+func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, port int, progress func(string), adjust func(*restore.Options)) (*Restored, error) {
 	st, ok := c.Running()
 	if !ok {
 		return nil, fmt.Errorf("restore: the cluster in %s is not running: a restore reads pages from its pageserver and WAL from its safekeepers; start it with `strata up`", c.absDataDir())
@@ -73,12 +79,16 @@ func (c *Cluster) Restore(ctx context.Context, at restore.Target, dir string, po
 	if err != nil {
 		return nil, err
 	}
-	res, err := restore.Run(ctx, restore.Options{
+	o := restore.Options{
 		Pageserver: ps, Timeline: tl, FilesTimeline: filesTL, Redo: st.PageSource == "redo",
 		WAL:      agent.WALSource{Safekeepers: c.safekeeperAddrs(), Archive: store, Prefix: "wal"},
 		Postgres: postgres.Server{BinDir: c.cfg.Compute.PGBinDir, OSUser: c.cfg.Compute.OSUser},
 		Dir:      abs, Port: port, At: at, Progress: progress, Log: c.log,
-	})
+	}
+	if adjust != nil {
+		adjust(&o)
+	}
+	res, err := restore.Run(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/restore"
+	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -63,6 +64,12 @@ func TestRestore(t *testing.T) {
 	// Every page changed since is written to the pageserver (its
 	// versions after the moments restored to), and t's files unlinked.
 	exec1(t, ctx, url, "CHECKPOINT")
+	// The segments up to here go to the archive (the restore from the
+	// archive alone below).
+	switched, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_switch_wal()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := queryString(t, ctx, url, `SELECT concat_ws(' ', (SELECT count(*) FROM keep), to_regclass('t') IS NULL,
 		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`)
 	t.Logf("at %s: %s; at %s: %s; now: %s", x, atX, at.Format(time.RFC3339Nano), atTime, now)
@@ -85,6 +92,33 @@ func TestRestore(t *testing.T) {
 	if !latest.EndOfWAL {
 		t.Errorf("restore a minute from now: %+v, want the end of WAL", latest.Result)
 	}
+	// The WAL from the archive alone (the safekeepers keep only their
+	// newest WAL: an older moment needs the archive).
+	segEnd := pg.LSN((uint64(switched) + pg.WALSegmentSize - 1) / pg.WALSegmentSize * pg.WALSegmentSize)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		st, err := safekeeperStatus(ctx, c.safekeeperAddr(0))
+		if err == nil && st.ArchivedLSN >= segEnd {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sk1 has not archived up to %s: %+v, %v", segEnd, st, err)
+		}
+	}
+	var fromArchive *Restored
+	dir := filepath.Join(root, "from-archive")
+	fromArchive, err = c.restore(ctx, restore.Target{LSN: x}, dir, 0, func(string) {}, func(o *restore.Options) { o.WAL.Safekeepers = nil })
+	if err != nil {
+		t.Fatalf("restore from the archive alone: %v", err)
+	}
+	srv := postgres.Server{DataDir: dir, Port: fromArchive.Port}
+	if out, err := exec.CommandContext(ctx, "sh", "-c", fromArchive.Start).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", fromArchive.Start, err, out)
+	}
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	if got := queryString(t, ctx, fromArchive.URL, check); got != atX {
+		t.Errorf("restore at %s from the archive alone holds %q, want %q", x, got, atX)
+	}
+	srv.Stop(ctx)
 	if got := queryString(t, ctx, url, "SELECT count(*) FROM keep"); got != "500" {
 		t.Errorf("the cluster after the restores: keep has %s rows", got)
 	}
@@ -155,4 +189,48 @@ func restoreAndCheck(t *testing.T, ctx context.Context, c *Cluster, at restore.T
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestRestoreRedo: the same in redo mode, where the relation pages come
+// from the redo timeline (rebuilt from WAL at the target) and the other
+// files from the files timeline.
+func TestRestoreRedo(t *testing.T) {
+	c, _ := newRedoCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
+	exec1(t, ctx, url, "CHECKPOINT")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atX := queryString(t, ctx, url, redoCheckSQL)
+	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	exec1(t, ctx, url, "CHECKPOINT")
+	root := pgtest.MkdirOwned(t, "strata-restore-test-")
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := restoreAndCheck(t, ctx, c, restore.Target{LSN: x}, filepath.Join(root, "by-lsn"), redoCheckSQL, atX, true)
+	if r.LSN != x || r.EndOfWAL {
+		t.Errorf("restore at %s: %+v", x, r.Result)
+	}
+}
+
+// safekeeperStatus asks the safekeeper at addr for its status.
+func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {
+	cl, err := server.Dial(addr)
+	if err != nil {
+		return server.Status{}, err
+	}
+	defer cl.Close()
+	return cl.Status(ctx)
 }
