@@ -243,6 +243,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			if rerr := os.RemoveAll(dir); rerr != nil {
 				o.Log.Warn().Err(rerr).Str("dir", dir).Msg("removing the unfinished restore")
 			}
+			if ctx.Err() != nil {
+				err = fmt.Errorf("restore: interrupted; %s is removed again (%w)", dir, err)
+			}
 		}
 	}()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -406,7 +409,7 @@ func runRecovery(ctx context.Context, srv *postgres.Server, x pg.LSN, res *Resul
 		}
 	}()
 	o.Progress("Postgres replays the WAL (archive recovery)")
-	if err := waitPromoted(ctx, srv, res, o.Progress); err != nil {
+	if err := waitPromoted(ctx, srv, o.Progress); err != nil {
 		return err
 	}
 	o.Progress("promoted; stopping it cleanly")
@@ -434,36 +437,55 @@ func stopNow(srv *postgres.Server, log zerolog.Logger) {
 	}
 }
 
-// waitPromoted waits until the server accepts a connection (it refuses
-// them until recovery ends: hot_standby is off) and is out of recovery.
-// It fails when the postmaster exits, with the tail of its log.
-func waitPromoted(ctx context.Context, srv *postgres.Server, res *Result, progress func(string)) error {
+// waitPromoted waits until the server is out of recovery: its
+// postmaster.pid says "ready" (with hot_standby off it says "starting"
+// until recovery has ended), and a connection finds it promoted. Until
+// then nothing connects, so the log has no refused connections. It fails
+// when the postmaster exits, with the tail of its log.
+func waitPromoted(ctx context.Context, srv *postgres.Server, progress func(string)) error {
 	url := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=5", srv.DataDir, srv.Port)
 	last := ""
 	gone := 0
+	var err error
 	for {
-		ok, err := promoted(ctx, url)
-		if ok {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("restore: recovery interrupted: %w", ctx.Err())
-		}
 		pid, _ := srv.PID()
-		if pid == 0 {
+		switch {
+		case pid == 0:
 			// pg_ctl -W returns before the postmaster writes its PID file.
-			if gone++; gone > 30 {
-				return fmt.Errorf("restore: Postgres stopped during recovery (%v):\n%s", err, srv.Tail(4096))
+			if gone++; gone > 50 {
+				return fmt.Errorf("restore: Postgres stopped during recovery:\n%s", srv.Tail(4096))
 			}
-		} else if seg, ok := agent.ReplayingSegment(pid, clusterName); ok && seg != last {
-			last = seg
-			progress("replaying " + seg)
+		case pmStatus(srv.DataDir) == "ready":
+			var ok bool
+			if ok, err = promoted(ctx, url); ok {
+				return nil
+			}
+		default:
+			if seg, ok := agent.ReplayingSegment(pid, clusterName); ok && seg != last {
+				last = seg
+				progress("replaying " + seg)
+			}
 		}
 		select {
 		case <-ctx.Done():
+			return fmt.Errorf("restore: recovery interrupted: %w (last error %v)", ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// pmStatus returns the postmaster's status in postmaster.pid (its 8th
+// line: starting, stopping, ready, standby), or "".
+func pmStatus(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 {
+		return ""
+	}
+	return strings.TrimSpace(lines[7])
 }
 
 // recoveryLines finds Postgres' log lines about where recovery stopped and
