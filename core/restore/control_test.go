@@ -1,0 +1,94 @@
+package restore
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestControlFields checks the pg_control offsets this package uses
+// against PostgreSQL 15's own pg_controldata: the checkpoint time it
+// reads, and the minimum recovery point it writes (with a CRC that
+// pg_controldata accepts). A pg_control with a wrong CRC is refused.
+func TestControlFields(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	srv := pgtest.Start(t, pgtest.Options{})
+	srv.Stop()
+	path := filepath.Join(srv.DataDir, ControlFile)
+	ctl, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := controlData(t, srv.DataDir)
+	at, err := checkpointTime(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := time.ParseInLocation("Mon Jan _2 15:04:05 2006", before["Time of latest checkpoint"], time.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !at.Equal(want) {
+		t.Errorf("checkpointTime = %s, pg_controldata says %s (%q)", at, want, before["Time of latest checkpoint"])
+	}
+
+	out, err := withMinRecoveryPoint(ctl, pg.LSN(0x3_00A2F1C8), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	after := controlData(t, srv.DataDir)
+	if got := after["Minimum recovery ending location"]; got != "3/A2F1C8" {
+		t.Errorf("minimum recovery point %q, want 3/A2F1C8", got)
+	}
+	if got := after["Min recovery ending loc's timeline"]; got != "1" {
+		t.Errorf("its timeline %q, want 1", got)
+	}
+	for k, v := range before {
+		if !strings.HasPrefix(k, "Min") && after[k] != v {
+			t.Errorf("%s changed: %q, was %q", k, after[k], v)
+		}
+	}
+
+	bad := append([]byte(nil), ctl...)
+	bad[ctlMinRecovery] ^= 0xFF
+	if _, err := withMinRecoveryPoint(bad, 1, 1); err == nil || !strings.Contains(err.Error(), "CRC") {
+		t.Errorf("a pg_control with a wrong CRC: %v, want refused", err)
+	}
+	if _, err := checkpointTime(ctl[:20]); err == nil {
+		t.Error("a short pg_control: no error")
+	}
+}
+
+// controlData returns pg_controldata's "Label: value" lines; a CRC
+// mismatch (which it only warns about) fails the test.
+func controlData(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	cmd, err := pgtest.Command("pg_controldata", "-D", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_controldata: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "WARNING") {
+		t.Fatalf("pg_controldata warns:\n%s", out)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
