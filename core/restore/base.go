@@ -7,7 +7,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/core/pageserver"
@@ -21,8 +24,12 @@ type baseResult struct {
 	pages       int64
 }
 
-// pagesPerBatch is how many pages one GetPages call asks for.
-const pagesPerBatch = 256
+// pagesPerBatch is how many pages one GetPages call asks for, and
+// fetchWorkers how many relation forks are read at once.
+const (
+	pagesPerBatch = 256
+	fetchWorkers  = 4
+)
 
 // writeBase writes every file and relation fork of the cluster at x into
 // o.Dir (pg_wal aside, which fetchWAL fills).
@@ -82,18 +89,44 @@ func writeBase(ctx context.Context, o Options, x pg.LSN, progress func(string)) 
 			total += int64(s.Nblocks)
 		}
 	}
-	tick := time.Now()
-	for i, r := range rels {
-		if err := writeRel(ctx, o, x, r, sizes[i], func(n int) {
-			res.pages += int64(n)
-			if time.Since(tick) >= time.Second {
-				tick = time.Now()
-				progress(fmt.Sprintf("pages: %d of %d (%.0f%%)", res.pages, total, 100*float64(res.pages)/float64(max(total, 1))))
+	// A few relation forks at once: each is one worker's, written in
+	// order; the batches of the workers share the client's stream.
+	var (
+		mu   sync.Mutex
+		tick = time.Now()
+		next = 0
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	for range fetchWorkers {
+		g.Go(func() error {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= len(rels) {
+					return nil
+				}
+				err := writeRel(gctx, o, x, rels[i], sizes[i], func(n int) {
+					mu.Lock()
+					defer mu.Unlock()
+					res.pages += int64(n)
+					if time.Since(tick) >= time.Second {
+						tick = time.Now()
+						progress(fmt.Sprintf("pages: %d of %d (%.0f%%)", res.pages, total, 100*float64(res.pages)/float64(max(total, 1))))
+					}
+				})
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				res.rels++
+				mu.Unlock()
 			}
-		}); err != nil {
-			return res, err
-		}
-		res.rels++
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
 	}
 	progress(fmt.Sprintf("pages: %d of %d, %d relation forks, %d other files", res.pages, total, res.rels, res.files))
 	return res, nil
