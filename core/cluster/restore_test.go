@@ -74,6 +74,19 @@ func TestRestore(t *testing.T) {
 		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`)
 	t.Logf("at %s: %s; at %s: %s; now: %s", x, atX, at.Format(time.RFC3339Nano), atTime, now)
 
+	// strata status says how far back a restore reaches.
+	status, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.RestoreFrom == 0 || status.RestoreFrom > x || status.RestoreFromTime.After(at) {
+		t.Errorf("status: restore from %s (%s), want before %s (%s)", status.RestoreFrom, status.RestoreFromTime, x, at)
+	}
+	var out strings.Builder
+	status.Print(&out)
+	if !strings.Contains(out.String(), "restore   from ") {
+		t.Errorf("strata status does not say how far back a restore reaches:\n%s", out.String())
+	}
 	root := pgtest.MkdirOwned(t, "strata-restore-test-")
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/sklink"
+	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -56,6 +57,10 @@ type Status struct {
 	// PageserverGCCutoff: the oldest LSN the pageserver still reads at
 	// (storage.pitr and storage.gc_horizon move it up).
 	PageserverGCCutoff pg.LSN
+	// RestoreFrom and RestoreFromTime: the oldest moment `strata restore`
+	// reaches (zero when the pageserver does not say).
+	RestoreFrom     pg.LSN
+	RestoreFromTime time.Time
 	// IngestsWAL: the pageserver follows the safekeepers' WAL (redo mode,
 	// or an image policy other than writeback), so its last record should
 	// keep up with the group's commit LSN.
@@ -183,6 +188,13 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 					}
 				}
 			}
+			var filesTL pg.TimelineID
+			if st.FilesTimeline != "" {
+				filesTL, _ = pg.ParseTimelineID(st.FilesTimeline)
+			}
+			if lsn, at, err := restore.Oldest(qctx, cl, tl, filesTL); err == nil {
+				s.RestoreFrom, s.RestoreFromTime = lsn, at
+			}
 			cl.Close()
 		}
 	}
@@ -217,6 +229,9 @@ func (s *Status) Print(w io.Writer) {
 			ingest = fmt.Sprintf("  ingest_lag %d B", lagBytes(groupCommit(s.Safekeepers), s.PageserverLast))
 		}
 		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s%s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff, ingest)
+	}
+	if s.RestoreFrom > 0 {
+		fmt.Fprintf(w, "restore   from %s (%s) on: strata restore --at LSN|TIME --to DIR\n", s.RestoreFromTime.Local().Format("2006-01-02 15:04:05 -07:00"), s.RestoreFrom)
 	}
 	if len(s.Safekeepers) > 0 {
 		c := groupCommit(s.Safekeepers)

@@ -272,6 +272,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	res.Consistent, res.EndOfWAL, res.Segments = w.consistent, !w.next, w.segments
 
 	b, err := writeBase(ctx, o, x, o.Progress)
+	if errors.Is(err, timeline.ErrBelowGCCutoff) {
+		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran (it was at the edge of the history that storage.pitr keeps): choose a later moment (%w)", ErrTooOld, x, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +355,35 @@ func history(ctx context.Context, o Options) (oldest, end pg.LSN, err error) {
 	// page header: nothing can be restored below it.
 	oldest = max(oldest, pg.LSN(40))
 	return oldest, end, nil
+}
+
+// Oldest returns the oldest moment a restore can reach on the running
+// cluster: the LSN (the later of the pageserver's GC cutoff and the first
+// stored pg_control) and the earliest time target it accepts (a second
+// after the start of the checkpoint that pg_control names).
+func Oldest(ctx context.Context, ps *client.Client, tl, filesTL pg.TimelineID) (pg.LSN, time.Time, error) {
+	o := Options{Pageserver: ps, Timeline: tl, FilesTimeline: filesTL}
+	if o.FilesTimeline == (pg.TimelineID{}) {
+		o.FilesTimeline = tl
+	}
+	oldest, end, err := history(ctx, o)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	first, err := firstControl(ctx, o, oldest, end)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	oldest = max(oldest, first)
+	ctl, err := ps.GetFile(ctx, o.FilesTimeline, ControlFile, oldest)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, oldest, err)
+	}
+	at, err := checkpointTime(ctl)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return oldest, at.Add(time.Second), nil
 }
 
 // firstControl returns the first LSN in [lo, end] at which the cluster's
