@@ -5,13 +5,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stratadb/strata/core/cluster"
 	"github.com/stratadb/strata/core/restore"
 )
 
 func newRestoreCmd(a *app) *cobra.Command {
 	var (
-		at, to string
-		port   int
+		at, to    string
+		port      int
+		fromStore bool
+		names     cluster.StoreTimelines
 	)
 	cmd := &cobra.Command{
 		Use:   "restore --at LSN|TIME --to DIR",
@@ -22,12 +25,18 @@ promoted, shut down cleanly, and ready to start on its own (for example to copy
 back a table dropped by mistake with pg_dump). The cluster keeps running and is
 not changed.
 
---at is a WAL position (everything that starts before it, like 0/3A2F1C8) or a
+--at is a WAL position (everything that starts before it, like 0/3A2F1C8), a
 time (every transaction that committed at or before it: "2026-12-06 13:40:00"
-in the local zone, or RFC 3339 such as 2026-12-06T13:40:00Z). The pageserver
+in the local zone, or RFC 3339 such as 2026-12-06T13:40:00Z), or latest (the
+newest durable WAL). The pageserver
 keeps the page history of storage.pitr (default 1h) and storage.gc_horizon;
 an older moment is refused. The pages come from the pageserver, the WAL from
 the safekeepers and the object store's archive.
+
+With --from-store the cluster need not run, nor its folder exist: a read-only
+pageserver opened in this process reads the object store, and the WAL comes
+from the archive alone, so the newest moment is the older of the store's
+newest manifest and the archived WAL (strata down leaves both complete).
 
 The restored server keeps the cluster's roles and passwords, listens on
 127.0.0.1 at --port (default: a port free now), and is left stopped: the
@@ -44,7 +53,12 @@ command to start it and its connection string are printed at the end.`,
 			if err != nil {
 				return err
 			}
-			r, err := c.Restore(cmd.Context(), target, to, port, progressLine)
+			var r *cluster.Restored
+			if fromStore {
+				r, err = c.RestoreFromStore(cmd.Context(), target, to, port, names, progressLine)
+			} else {
+				r, err = c.Restore(cmd.Context(), target, to, port, progressLine)
+			}
 			if err != nil {
 				return err
 			}
@@ -64,12 +78,18 @@ command to start it and its connection string are printed at the end.`,
 				r.Relations, r.Pages, r.Files, r.Segments, r.Checkpoint, r.Redo, r.LogFile)
 			fmt.Printf("start it:  %s\n", r.Start)
 			fmt.Printf("connect:   %s\n", r.URL)
+			if r.PasswordLost != "" {
+				fmt.Printf("password:  %s\n", r.PasswordLost)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&at, "at", "", "the moment to restore to: an LSN (0/3A2F1C8) or a time (\"2026-12-06 13:40:00\", RFC 3339)")
 	cmd.Flags().StringVar(&to, "to", "", "the new data directory (must not exist, or be empty)")
 	cmd.Flags().IntVar(&port, "port", 0, "the restored server's port on 127.0.0.1 (default: one free now)")
+	cmd.Flags().BoolVar(&fromStore, "from-store", false, "read the object store alone (a cluster whose machine or data folder is lost, or that is stopped): pages from a read-only pageserver opened in this process, WAL from the archive")
+	cmd.Flags().StringVar(&names.Timeline, "timeline", "", "with --from-store: the timeline to restore (default: the cluster folder's, else the store's only one)")
+	cmd.Flags().StringVar(&names.FilesTimeline, "files-timeline", "", "with --from-store, redo mode: the timeline of the non-relation files")
 	_ = cmd.MarkFlagRequired("at")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

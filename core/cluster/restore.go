@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/objstore"
@@ -25,6 +27,9 @@ type Restored struct {
 	URL string
 	// Start is the command that starts it.
 	Start string
+	// PasswordLost, when set, says how to connect without the password
+	// (the cluster's folder that held it is gone).
+	PasswordLost string
 }
 
 // Restore writes a stock PostgreSQL data directory holding the cluster's
@@ -75,10 +80,6 @@ func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, po
 		return nil, err
 	}
 	defer store.Close()
-	pw, err := c.secret("postgres.password")
-	if err != nil {
-		return nil, err
-	}
 	o := restore.Options{
 		Pageserver: ps, Timeline: tl, FilesTimeline: filesTL, Redo: st.PageSource == "redo",
 		WAL:      agent.WALSource{Safekeepers: c.safekeeperAddrs(), Archive: store, Prefix: "wal"},
@@ -92,21 +93,35 @@ func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, po
 	if err != nil {
 		return nil, err
 	}
-	srv := postgres.Server{BinDir: c.cfg.Compute.PGBinDir, DataDir: abs, Port: port}
-	start := fmt.Sprintf("pg_ctl -D %s -l %s start", abs, filepath.Join(abs, "postgres.log"))
+	return c.restored(res, abs, port), nil
+}
+
+// restored says how to start and reach a restored copy. The password is
+// the cluster's when its folder still holds it.
+func (c *Cluster) restored(res *restore.Result, dir string, port int) *Restored {
+	srv := postgres.Server{BinDir: c.cfg.Compute.PGBinDir, DataDir: dir, Port: port}
+	start := fmt.Sprintf("pg_ctl -D %s -l %s start", dir, filepath.Join(dir, "postgres.log"))
 	if bin := c.cfg.Compute.PGBinDir; bin != "" {
 		start = filepath.Join(bin, start)
 	} else {
 		start = filepath.Join(postgres.DefaultBinDir, start)
 	}
+	user := c.cfg.Compute.OSUser
+	if user == "" {
+		user = "postgres"
+	}
 	if cred, _ := srv.Credential(); cred != nil {
-		user := c.cfg.Compute.OSUser
-		if user == "" {
-			user = "postgres"
-		}
 		start = fmt.Sprintf("runuser -u %s -- %s", user, start)
 	}
-	return &Restored{Result: res, Dir: abs, Port: port, URL: srv.URL(pw, "postgres"), Start: start}, nil
+	pw := "PASSWORD"
+	if b, err := os.ReadFile(filepath.Join(c.dataDir, "secrets", "postgres.password")); err == nil {
+		pw = strings.TrimSpace(string(b))
+	}
+	r := &Restored{Result: res, Dir: dir, Port: port, URL: srv.URL(pw, "postgres"), Start: start}
+	if pw == "PASSWORD" {
+		r.PasswordLost = fmt.Sprintf("the superuser's password was in %s, which is gone: connect as the %s OS user over the Unix socket in %s (trusted), e.g. `runuser -u %s -- psql -h %s -p %d postgres`, and set a new one with ALTER ROLE", filepath.Join(c.dataDir, "secrets"), user, dir, user, dir, port)
+	}
+	return r
 }
 
 // inside reports whether p is dir or lies under it.

@@ -3,17 +3,23 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/plugins/objectstore/fs"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -246,4 +252,97 @@ func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {
 	}
 	defer cl.Close()
 	return cl.Status(ctx)
+}
+
+// TestRestoreFromStore: a cluster stopped with `strata down` whose whole
+// data folder is then lost is restored from the object store alone, at
+// its newest moment (every acknowledged commit, since the safekeepers
+// archive the partial last segment as they stop) and at an earlier LSN.
+// The restore writes nothing into the store.
+func TestRestoreFromStore(t *testing.T) {
+	c, cfg := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
+	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
+	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	const check = `SELECT concat_ws(' ', (SELECT count(*) FROM keep),
+		(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
+		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`
+	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atX := queryString(t, ctx, url, check)
+	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	last := queryString(t, ctx, url, check)
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	// The machine's folder is lost.
+	if err := os.Rename(c.dataDir, c.dataDir+".lost"); err != nil {
+		t.Fatal(err)
+	}
+	before := storeObjects(t, ctx, cfg.ObjectStore.FS.Root)
+
+	root := pgtest.MkdirOwned(t, "strata-restore-test-")
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		at   restore.Target
+		want string
+	}{{restore.Target{Latest: true}, last}, {restore.Target{LSN: x}, atX}} {
+		dir := filepath.Join(root, strings.ReplaceAll(tc.at.String(), "/", "-"))
+		r, err := c.RestoreFromStore(ctx, tc.at, dir, 0, StoreTimelines{}, func(s string) { t.Log(s) })
+		if err != nil {
+			t.Fatalf("restore at %s from the store: %v", tc.at, err)
+		}
+		t.Logf("restore at %s from the store: %s, %d pages, %d WAL segments, checkpoint %s, end of WAL %v", tc.at, r.LSN, r.Pages, r.Segments, r.Checkpoint, r.EndOfWAL)
+		if r.PasswordLost == "" || !strings.Contains(r.URL, "PASSWORD") {
+			t.Errorf("restore with the cluster's folder lost: URL %q, password note %q", r.URL, r.PasswordLost)
+		}
+		if out, err := exec.CommandContext(ctx, "sh", "-c", r.Start).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", r.Start, err, out)
+		}
+		srv := postgres.Server{DataDir: dir, Port: r.Port}
+		t.Cleanup(func() { srv.Stop(context.Background()) })
+		// The password is gone with the folder: the Unix socket.
+		sock := "postgres://postgres@/postgres?host=" + dir + "&port=" + strconv.Itoa(r.Port) + "&sslmode=disable"
+		if got := queryString(t, ctx, sock, check); got != tc.want {
+			t.Errorf("restore at %s from the store holds %q, want %q", tc.at, got, tc.want)
+		}
+		if tc.at.Latest {
+			pgtool(t, sock, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+		}
+		if err := srv.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := storeObjects(t, ctx, cfg.ObjectStore.FS.Root); !maps.Equal(before, after) {
+		t.Errorf("the restores changed the object store: %d objects before, %d after", len(before), len(after))
+	}
+}
+
+// storeObjects lists the fs object store at root: key -> size.
+func storeObjects(t *testing.T, ctx context.Context, root string) map[string]int64 {
+	t.Helper()
+	st, err := fs.New(fs.Config{Root: root}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	out := map[string]int64{}
+	if err := st.List(ctx, "", func(oi objectstore.ObjectInfo) error { out[oi.Key] = oi.Size; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

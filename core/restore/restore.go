@@ -60,10 +60,15 @@ const ControlFile = "global/pg_control"
 type Target struct {
 	LSN  pg.LSN
 	Time time.Time
+	// Latest: the newest durable WAL.
+	Latest bool
 }
 
 // String prints the target as the user gave it.
 func (t Target) String() string {
+	if t.Latest {
+		return "latest"
+	}
 	if !t.Time.IsZero() {
 		return t.Time.Format("2006-01-02 15:04:05.999999 -07:00")
 	}
@@ -88,6 +93,9 @@ var timeLayouts = []string{
 // 13:40:00", in the local zone unless one is given; RFC 3339 too).
 func ParseTarget(s string) (Target, error) {
 	s = strings.TrimSpace(s)
+	if s == "latest" {
+		return Target{Latest: true}, nil
+	}
 	if strings.Contains(s, "/") && !strings.ContainsAny(s, " -:") {
 		l, err := pg.ParseLSN(s)
 		if err != nil {
@@ -106,7 +114,7 @@ func ParseTarget(s string) (Target, error) {
 			return Target{Time: t}, nil
 		}
 	}
-	return Target{}, fmt.Errorf("restore: target %q is neither an LSN (like 0/16B3748) nor a time (like \"2026-12-06 13:40:00\" or 2026-12-06T13:40:00Z)", s)
+	return Target{}, fmt.Errorf("restore: target %q is neither an LSN (like 0/16B3748), a time (like \"2026-12-06 13:40:00\" or 2026-12-06T13:40:00Z) nor latest", s)
 }
 
 // Options say what to restore, from where, and into which folder.
@@ -131,6 +139,11 @@ type Options struct {
 	// recovery run and written into its configuration.
 	Port int
 	At   Target
+	// End, when set, is the newest LSN to restore to instead of the
+	// timelines' commit LSN (a pageserver opened on the object store alone
+	// follows no safekeepers: the end is what the archive and the store's
+	// manifests hold).
+	End pg.LSN
 	// Progress gets a line now and then (nil: none).
 	Progress func(string)
 	Log      zerolog.Logger
@@ -204,6 +217,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 	oldest = max(oldest, first)
 	x := o.At.LSN
+	if o.At.Latest {
+		x = end
+	}
 	if !o.At.Time.IsZero() {
 		o.Progress(fmt.Sprintf("finding the WAL position of %s", o.At))
 		if x, err = lsnForTime(ctx, o, oldest, end); err != nil {
@@ -347,6 +363,9 @@ func history(ctx context.Context, o Options) (oldest, end pg.LSN, err error) {
 	}
 	if found < 2 {
 		return 0, 0, fmt.Errorf("restore: the pageserver has no timeline %s", o.Timeline)
+	}
+	if o.End > 0 {
+		end = o.End
 	}
 	if end == 0 {
 		return 0, 0, errors.New("restore: the pageserver knows no durable WAL of this cluster yet")

@@ -29,6 +29,7 @@ func TestParseTarget(t *testing.T) {
 		want Target
 	}{
 		{"0/622E830", Target{LSN: pg.LSN(0x622E830)}},
+		{"latest", Target{Latest: true}},
 		{" 16/B374D848 ", Target{LSN: pg.LSN(0x16B374D848)}},
 		{"2026-12-06T13:17:14Z", Target{Time: utc("2026-12-06T13:17:14Z")}},
 		{"2026-12-06T13:17:14.5+01:00", Target{Time: utc("2026-12-06T12:17:14.5Z")}},
@@ -45,7 +46,7 @@ func TestParseTarget(t *testing.T) {
 			t.Errorf("ParseTarget(%q): %v", c.in, err)
 			continue
 		}
-		if got.LSN != c.want.LSN || !got.Time.Equal(c.want.Time) {
+		if got.LSN != c.want.LSN || !got.Time.Equal(c.want.Time) || got.Latest != c.want.Latest {
 			t.Errorf("ParseTarget(%q) = %v (%v), want %v (%v)", c.in, got, got.Time, c.want, c.want.Time)
 		}
 	}

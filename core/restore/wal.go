@@ -130,7 +130,10 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 	var res walResult
 	for {
 		r, err := rd.Next()
-		if errors.Is(err, wal.ErrEndOfWAL) {
+		if err != nil {
+			// The durable end may cut the last record: reading stops
+			// there, at the end of the last whole record, or it stops
+			// early at a hole or a damaged record.
 			read := func(_ context.Context, a, b pg.LSN) ([]byte, error) {
 				buf := make([]byte, wal.PageSize)
 				page := a / wal.PageSize * wal.PageSize
@@ -141,15 +144,12 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 			}
 			want, werr := walpos.RecordEndAtOrBelow(ctx, read, s.end, from, s.src.SegmentSize)
 			if werr != nil {
-				return walResult{}, werr
+				return walResult{}, fmt.Errorf("the records end at %s (%w), and the last record before the durable end %s was not found: %w", max(res.consistent, from), err, s.end, werr)
 			}
 			if reached := pg.LSN((uint64(max(res.consistent, from)) + 7) &^ 7); reached >= want {
 				return res, nil
 			}
 			return walResult{}, fmt.Errorf("the records end at %s, the last record before the durable end %s ends at %s: %w", max(res.consistent, from), s.end, want, err)
-		}
-		if err != nil {
-			return walResult{}, fmt.Errorf("the records end at %s: %w", max(res.consistent, from), err)
 		}
 		if r.LSN >= x {
 			res.next = true

@@ -932,6 +932,13 @@ func (n *Node) archiveLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// Stopping: the partial last segment goes to the store now,
+			// so that a cluster stopped cleanly has all its WAL there.
+			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := n.arch.Final(fctx, n.CommitLSN()); err != nil {
+				n.log.Warn().Err(err).Msg("safekeeper: archive the partial last segment at stop")
+			}
 			return
 		case <-t.C:
 		}

@@ -91,6 +91,21 @@ func Key(prefix string, systemID uint64, segName string, partial bool) string {
 // Step uploads what is due, up to commit (quorum-durable WAL only), and
 // returns the archived LSN (all WAL below it is in the object store).
 func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
+	return a.step(ctx, commit, false)
+}
+
+// Final is the step a safekeeper takes as it stops: Step, then the
+// partial last segment uploaded at once, without waiting for
+// PartialAfter of quiet, unless the store already holds as much of it
+// (another member, stopping too, may have put a longer copy, which is
+// kept). A cluster stopped cleanly then has all its WAL in the object
+// store, for a restore from the store alone. With PartialAfter 0
+// (partial segments off) it is Step.
+func (a *Archiver) Final(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
+	return a.step(ctx, commit, true)
+}
+
+func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN, error) {
 	if !a.checked {
 		if err := a.checkStore(ctx); err != nil {
 			return 0, err
@@ -144,8 +159,15 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 	if !a.owns(uint64(archived) / seg) {
 		quiet += a.o.Takeover // the owner's job, unless it is gone
 	}
-	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && now.Sub(a.lastChange) >= quiet {
+	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && (final || now.Sub(a.lastChange) >= quiet) {
 		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
+		key := Key(a.o.Prefix, ctl.SystemID, name, true)
+		if final {
+			if oi, err := a.o.Store.Stat(ctx, key); err == nil && oi.Size >= int64(limit-archived) {
+				a.partialDone = limit
+				return archived, nil
+			}
+		}
 		if err := a.o.Store.Put(ctx, Key(a.o.Prefix, ctl.SystemID, name, true), a.read(archived, limit),
 			objectstore.PutOptions{Size: int64(limit - archived)}); err != nil {
 			return archived, fmt.Errorf("archive: upload %s.partial: %w", name, err)

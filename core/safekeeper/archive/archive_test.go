@@ -294,3 +294,45 @@ func TestArchiveToAnotherStore(t *testing.T) {
 		}
 	}
 }
+
+// TestFinalUploadsPartial: before PartialAfter of quiet, Step leaves the
+// last segment out of the store; Final, the step of a stopping
+// safekeeper, puts it at once. A member that stops with a shorter copy
+// (a lower commit LSN) does not cut the one in the store.
+func TestFinalUploadsPartial(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(2 * seg)
+	wal := make([]byte, seg+3*walstore.BlockSize)
+	rand.New(rand.NewSource(3)).Read(wal)
+	sts := group(t, 2, start, wal)
+	store := objectstore.NewMemory()
+	now := time.Unix(1000, 0)
+	opts := Options{Store: store, Prefix: "wal", PartialAfter: time.Hour, Logger: zerolog.Nop(), Now: func() time.Time { return now }}
+	a, b := New(opts, sts[0]), New(opts, sts[1])
+	commit := start + seg + 2*walstore.BlockSize + 11
+	name := walstore.SegmentName(1, uint64(start+seg)/seg, seg)
+	key := Key("wal", 7, name, true)
+	if _, err := a.Step(ctx, commit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Stat(ctx, key); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("partial segment before its quiet time: %v, want none", err)
+	}
+	if got, err := a.Final(ctx, commit); err != nil || got != start+seg {
+		t.Fatalf("Final: archived %s, %v", got, err)
+	}
+	var buf bytes.Buffer
+	if err := Fetch(ctx, store, "wal", 7, name, seg, &buf); err != nil {
+		t.Fatal(err)
+	}
+	n := int(commit - start - seg)
+	if !bytes.Equal(buf.Bytes()[:n], wal[seg:seg+n]) || !bytes.Equal(buf.Bytes()[n:], make([]byte, seg-n)) {
+		t.Fatalf("partial segment after Final: not the WAL up to the commit LSN %s, then zeros", commit)
+	}
+	if _, err := b.Final(ctx, commit-100); err != nil {
+		t.Fatal(err)
+	}
+	if oi, err := store.Stat(ctx, key); err != nil || oi.Size != int64(n) {
+		t.Fatalf("after a shorter member's Final: %d bytes, %v; want %d", oi.Size, err, n)
+	}
+}
