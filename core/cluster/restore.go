@@ -46,7 +46,7 @@ func (c *Cluster) Restore(ctx context.Context, at restore.Target, dir string, po
 func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, port int, progress func(string), adjust func(*restore.Options)) (*Restored, error) {
 	st, ok := c.Running()
 	if !ok {
-		return nil, fmt.Errorf("restore: the cluster in %s is not running: a restore reads pages from its pageserver and WAL from its safekeepers; start it with `strata up`", c.absDataDir())
+		return nil, fmt.Errorf("restore: the cluster in %s is not running: a restore reads pages from its pageserver and WAL from its safekeepers; start it with `strata up`, or restore from the object store alone with --from-store", c.absDataDir())
 	}
 	tl, err := pg.ParseTimelineID(st.Timeline)
 	if err != nil {
