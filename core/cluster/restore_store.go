@@ -20,10 +20,13 @@ import (
 	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
+	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/server"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/core/pageserver/walingest"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/restore"
+	redopg "github.com/stratadb/strata/plugins/redo/postgres"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -74,12 +77,14 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 	// No GC: the history the store holds is all there is.
 	pcfg.PITR, pcfg.GCHorizon = time.Duration(math.MaxInt64), math.MaxUint64/2
 	pcfg.ImagePolicy = c.cfg.Storage.ImagePolicy
-	ps, err := pageserver.New(ctx, pcfg, pageserver.Deps{Log: c.log.Level(zerolog.WarnLevel), Registry: prometheus.NewRegistry(), Store: ro})
+	// A redo-mode timeline's pages are rebuilt from its delta records.
+	redoEngine := walingest.Redo{Engine: redopg.NewEngine(redopg.Options{})}
+	ps, err := pageserver.New(ctx, pcfg, pageserver.Deps{Log: c.log.Level(zerolog.WarnLevel), Registry: prometheus.NewRegistry(), Store: ro, Redo: redoEngine})
 	if err != nil {
 		return nil, fmt.Errorf("restore: opening the object store's timelines: %w", err)
 	}
 	defer ps.Close()
-	tl, filesTL, err := c.storeTimelines(ps, names)
+	tl, filesTL, err := c.storeTimelines(ctx, ps, names)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +108,15 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 		return nil, err
 	}
 	remote := t.LSNs().RemoteConsistent
+	if filesTL != tl {
+		// Redo mode: the pages are only as new as the redo timeline's
+		// ingest that reached the store.
+		rt, err := ps.Timeline(tl)
+		if err != nil {
+			return nil, err
+		}
+		remote = min(remote, rt.LSNs().RemoteConsistent)
+	}
 	ctl, err := t.ReadFile(ctx, restore.ControlFile, timeline.LatestLSN)
 	if err != nil {
 		return nil, fmt.Errorf("restore: timeline %s has no %s in the object store: %w", filesTL, restore.ControlFile, err)
@@ -134,8 +148,10 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 }
 
 // storeTimelines picks the timelines to restore: the ones named, else the
-// cluster folder's, else the store's only root timeline.
-func (c *Cluster) storeTimelines(ps *pageserver.Pageserver, names StoreTimelines) (tl, filesTL pg.TimelineID, err error) {
+// cluster folder's, else the store's only root timeline (or its only two,
+// when one holds relations and the other none: a redo-mode cluster's redo
+// and files timelines).
+func (c *Cluster) storeTimelines(ctx context.Context, ps *pageserver.Pageserver, names StoreTimelines) (tl, filesTL pg.TimelineID, err error) {
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(c.dataDir, name))
 		if err != nil {
@@ -144,20 +160,35 @@ func (c *Cluster) storeTimelines(ps *pageserver.Pageserver, names StoreTimelines
 		return strings.TrimSpace(string(b))
 	}
 	if names.Timeline == "" {
-		names.Timeline, names.FilesTimeline = read("timeline"), read("files_timeline")
+		names.Timeline, names.FilesTimeline = read("timeline"), read("files-timeline")
 	}
 	var roots []string
+	var withRels, noRels []string
 	for _, t := range ps.Timelines() {
-		if a, _ := t.Ancestor(); a == nil {
-			roots = append(roots, t.ID().String())
+		if a, _ := t.Ancestor(); a != nil {
+			continue
+		}
+		roots = append(roots, t.ID().String())
+		rels, err := t.ListRels(ctx, keyspace.RelsRange, timeline.LatestLSN)
+		if err != nil {
+			return tl, filesTL, fmt.Errorf("restore: timeline %s: %w", t.ID(), err)
+		}
+		if len(rels) > 0 {
+			withRels = append(withRels, t.ID().String())
+		} else {
+			noRels = append(noRels, t.ID().String())
 		}
 	}
 	if names.Timeline == "" {
-		switch len(roots) {
-		case 0:
+		switch {
+		case len(roots) == 0:
 			return tl, filesTL, errors.New("restore: the object store holds no timeline")
-		case 1:
+		case len(roots) == 1:
 			names.Timeline = roots[0]
+		case len(roots) == 2 && len(withRels) == 1:
+			// A redo-mode cluster: the redo timeline holds the relation
+			// pages, the files timeline none.
+			names.Timeline, names.FilesTimeline = withRels[0], noRels[0]
 		default:
 			return tl, filesTL, fmt.Errorf("restore: the object store holds %d timelines (%s): say which with --timeline (in redo mode also --files-timeline)", len(roots), strings.Join(roots, ", "))
 		}
