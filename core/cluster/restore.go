@@ -58,17 +58,9 @@ func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, po
 			return nil, fmt.Errorf("restore: %s: %w", c.statePath(), err)
 		}
 	}
-	abs, err := filepath.Abs(dir)
+	abs, port, err := c.restoreDest(dir, port)
 	if err != nil {
 		return nil, err
-	}
-	if inside(abs, c.absDataDir()) {
-		return nil, fmt.Errorf("restore: %s is inside the cluster's folder %s: give a folder outside it", abs, c.absDataDir())
-	}
-	if port == 0 {
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
 	}
 	ps, err := client.Dial(st.Pageserver)
 	if err != nil {
@@ -122,6 +114,24 @@ func (c *Cluster) restored(res *restore.Result, dir string, port int) *Restored 
 		r.PasswordLost = fmt.Sprintf("the superuser's password was in %s, which is gone: connect as the %s OS user over the Unix socket in %s (trusted), e.g. `runuser -u %s -- psql -h %s -p %d postgres`, and set a new one with ALTER ROLE", filepath.Join(c.dataDir, "secrets"), user, dir, user, dir, port)
 	}
 	return r
+}
+
+// restoreDest checks a restore's folder (absolute, outside the cluster's)
+// and picks a free port when port is 0.
+func (c *Cluster) restoreDest(dir string, port int) (string, int, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", 0, err
+	}
+	if inside(abs, c.absDataDir()) {
+		return "", 0, fmt.Errorf("restore: %s is inside the cluster's folder %s: give a folder outside it", abs, c.absDataDir())
+	}
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return "", 0, err
+		}
+	}
+	return abs, port, nil
 }
 
 // inside reports whether p is dir or lies under it.

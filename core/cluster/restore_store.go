@@ -46,17 +46,9 @@ type StoreTimelines struct {
 // end of the archived WAL (whole segments, and the partial copy of the
 // last one that the safekeepers upload after a quiet while).
 func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir string, port int, names StoreTimelines, progress func(string)) (*Restored, error) {
-	abs, err := filepath.Abs(dir)
+	abs, port, err := c.restoreDest(dir, port)
 	if err != nil {
 		return nil, err
-	}
-	if inside(abs, c.absDataDir()) {
-		return nil, fmt.Errorf("restore: %s is inside the cluster's folder %s: give a folder outside it", abs, c.absDataDir())
-	}
-	if port == 0 {
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
 	}
 	store, err := objstore.Open(ctx, c.cfg.ObjectStore, c.log, nil)
 	if err != nil {

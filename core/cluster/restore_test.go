@@ -37,33 +37,14 @@ func TestRestore(t *testing.T) {
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	url, err := c.Up(ctx, func(s string) { t.Log(s) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
-	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
-	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
-	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
-	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
-	exec1(t, ctx, url, "CHECKPOINT")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
-	const check = `SELECT concat_ws(' ', (SELECT count(*) FROM keep),
-		(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
-		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`
-	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	atX := queryString(t, ctx, url, check)
+	url, x, atX := upWithWork(t, ctx, c)
 	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
 	time.Sleep(1100 * time.Millisecond)
 	at, err := time.Parse(time.RFC3339Nano, queryString(t, ctx, url, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	atTime := queryString(t, ctx, url, check)
+	atTime := queryString(t, ctx, url, restoreCheck)
 	time.Sleep(1100 * time.Millisecond)
 	exec1(t, ctx, url, "DROP TABLE t")
 	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
@@ -97,11 +78,11 @@ func TestRestore(t *testing.T) {
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	byLSN := restoreAndCheck(t, ctx, c, restore.Target{LSN: x}, filepath.Join(root, "by-lsn"), check, atX, true)
+	byLSN := restoreAndCheck(t, ctx, c, restore.Target{LSN: x}, filepath.Join(root, "by-lsn"), restoreCheck, atX, true)
 	if byLSN.EndOfWAL || byLSN.LSN != x || !strings.Contains(byLSN.Stop, x.String()) {
 		t.Errorf("restore at %s: %+v", x, byLSN.Result)
 	}
-	byTime := restoreAndCheck(t, ctx, c, restore.Target{Time: at}, filepath.Join(root, "by-time"), check, atTime, false)
+	byTime := restoreAndCheck(t, ctx, c, restore.Target{Time: at}, filepath.Join(root, "by-time"), restoreCheck, atTime, false)
 	if byTime.LSN <= x || byTime.LastCommit == "" {
 		t.Errorf("restore at %s: %+v", at, byTime.Result)
 	}
@@ -123,21 +104,15 @@ func TestRestore(t *testing.T) {
 			t.Fatalf("sk1 has not archived up to %s: %+v, %v", segEnd, st, err)
 		}
 	}
-	var fromArchive *Restored
-	dir := filepath.Join(root, "from-archive")
-	fromArchive, err = c.restore(ctx, restore.Target{LSN: x}, dir, 0, func(string) {}, func(o *restore.Options) { o.WAL.Safekeepers = nil })
+	fromArchive, err := c.restore(ctx, restore.Target{LSN: x}, filepath.Join(root, "from-archive"), 0, func(string) {}, func(o *restore.Options) { o.WAL.Safekeepers = nil })
 	if err != nil {
 		t.Fatalf("restore from the archive alone: %v", err)
 	}
-	srv := postgres.Server{DataDir: dir, Port: fromArchive.Port}
-	if out, err := exec.CommandContext(ctx, "sh", "-c", fromArchive.Start).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", fromArchive.Start, err, out)
-	}
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	if got := queryString(t, ctx, fromArchive.URL, check); got != atX {
+	_, stop := startRestored(t, ctx, fromArchive)
+	if got := queryString(t, ctx, fromArchive.URL, restoreCheck); got != atX {
 		t.Errorf("restore at %s from the archive alone holds %q, want %q", x, got, atX)
 	}
-	srv.Stop(ctx)
+	stop()
 	if got := queryString(t, ctx, url, "SELECT count(*) FROM keep"); got != "500" {
 		t.Errorf("the cluster after the restores: keep has %s rows", got)
 	}
@@ -189,12 +164,7 @@ func restoreAndCheck(t *testing.T, ctx context.Context, c *Cluster, at restore.T
 	if ents, err := os.ReadDir(filepath.Join(dir, "pg_replslot")); err != nil || len(ents) != 0 {
 		t.Errorf("%s: pg_replslot holds %d entries (%v), want the cluster's slots dropped", dir, len(ents), err)
 	}
-	out, err := exec.CommandContext(ctx, "sh", "-c", r.Start).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", r.Start, err, out)
-	}
-	srv := postgres.Server{DataDir: dir, Port: r.Port}
-	t.Cleanup(func() { srv.Stop(context.Background()) })
+	_, stop := startRestored(t, ctx, r)
 	if got := queryString(t, ctx, r.URL, sql); got != want {
 		t.Errorf("restore at %s holds %q, want %q", at, got, want)
 	}
@@ -204,9 +174,7 @@ func restoreAndCheck(t *testing.T, ctx context.Context, c *Cluster, at restore.T
 	if amcheck {
 		pgtool(t, r.URL, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 	}
-	if err := srv.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	return r
 }
 
@@ -257,12 +225,7 @@ func TestRestoreRedo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restore from the store: %v", err)
 	}
-	if out, err := exec.CommandContext(ctx, "sh", "-c", fs.Start).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", fs.Start, err, out)
-	}
-	srv := postgres.Server{DataDir: dir, Port: fs.Port}
-	t.Cleanup(func() { srv.Stop(context.Background()) })
-	sock := "postgres://postgres@/postgres?host=" + dir + "&port=" + strconv.Itoa(fs.Port) + "&sslmode=disable"
+	sock, _ := startRestored(t, ctx, fs)
 	if got := queryString(t, ctx, sock, redoCheckSQL); got != last {
 		t.Errorf("restore from the store holds %q, want %q", got, last)
 	}
@@ -288,27 +251,10 @@ func TestRestoreFromStore(t *testing.T) {
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	url, err := c.Up(ctx, func(s string) { t.Log(s) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
-	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
-	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
-	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
-	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
-	const check = `SELECT concat_ws(' ', (SELECT count(*) FROM keep),
-		(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
-		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`
-	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	atX := queryString(t, ctx, url, check)
+	url, x, atX := upWithWork(t, ctx, c)
 	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
 	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
-	last := queryString(t, ctx, url, check)
+	last := queryString(t, ctx, url, restoreCheck)
 	if err := c.Down(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
@@ -335,22 +281,15 @@ func TestRestoreFromStore(t *testing.T) {
 		if r.PasswordLost == "" || !strings.Contains(r.URL, "PASSWORD") {
 			t.Errorf("restore with the cluster's folder lost: URL %q, password note %q", r.URL, r.PasswordLost)
 		}
-		if out, err := exec.CommandContext(ctx, "sh", "-c", r.Start).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", r.Start, err, out)
-		}
-		srv := postgres.Server{DataDir: dir, Port: r.Port}
-		t.Cleanup(func() { srv.Stop(context.Background()) })
 		// The password is gone with the folder: the Unix socket.
-		sock := "postgres://postgres@/postgres?host=" + dir + "&port=" + strconv.Itoa(r.Port) + "&sslmode=disable"
-		if got := queryString(t, ctx, sock, check); got != tc.want {
+		sock, stop := startRestored(t, ctx, r)
+		if got := queryString(t, ctx, sock, restoreCheck); got != tc.want {
 			t.Errorf("restore at %s from the store holds %q, want %q", tc.at, got, tc.want)
 		}
 		if tc.at.Latest {
 			pgtool(t, sock, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 		}
-		if err := srv.Stop(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stop()
 	}
 	if after := storeObjects(t, ctx, cfg.ObjectStore.FS.Root); !maps.Equal(before, after) {
 		t.Errorf("the restores changed the object store: %d objects before, %d after", len(before), len(after))
@@ -370,4 +309,52 @@ func storeObjects(t *testing.T, ctx context.Context, root string) map[string]int
 		t.Fatal(err)
 	}
 	return out
+}
+
+// restoreCheck sums up the restore tests' data: the tables t and keep, and
+// pgbench's.
+const restoreCheck = `SELECT concat_ws(' ', (SELECT count(*) FROM keep),
+	(SELECT count(*) FROM t), (SELECT md5(string_agg(id || ':' || v, ',' ORDER BY id)) FROM t),
+	(SELECT sum(abalance) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history))`
+
+// upWithWork starts the cluster and does the restore tests' work: two
+// tables, pgbench before and after a checkpoint. It returns the URL, the
+// WAL position after the work, and restoreCheck's answer there.
+func upWithWork(t *testing.T, ctx context.Context, c *Cluster) (string, pg.LSN, string) {
+	t.Helper()
+	url, err := c.Up(ctx, func(s string) { t.Log(s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, url, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
+	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
+	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
+	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	exec1(t, ctx, url, "CHECKPOINT")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, x, queryString(t, ctx, url, restoreCheck)
+}
+
+// startRestored starts a restored copy with the command Restore printed
+// and returns a URL over its Unix socket (no password needed) and a stop
+// function (also run at cleanup).
+func startRestored(t *testing.T, ctx context.Context, r *Restored) (string, func()) {
+	t.Helper()
+	if out, err := exec.CommandContext(ctx, "sh", "-c", r.Start).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", r.Start, err, out)
+	}
+	srv := postgres.Server{DataDir: r.Dir, Port: r.Port}
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	stop := func() {
+		if err := srv.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	return "postgres://postgres@/postgres?host=" + r.Dir + "&port=" + strconv.Itoa(r.Port) + "&sslmode=disable", stop
 }

@@ -26,7 +26,7 @@ func TestControlFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := controlData(t, srv.DataDir)
+	before := pgtest.ControlData(t, srv.DataDir)
 	at, err := checkpointTime(ctl)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestControlFields(t *testing.T) {
 	if err := os.WriteFile(path, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	after := controlData(t, srv.DataDir)
+	after := pgtest.ControlData(t, srv.DataDir)
 	if got := after["Minimum recovery ending location"]; got != "3/A2F1C8" {
 		t.Errorf("minimum recovery point %q, want 3/A2F1C8", got)
 	}
@@ -67,28 +67,4 @@ func TestControlFields(t *testing.T) {
 	if _, err := checkpointTime(ctl[:20]); err == nil {
 		t.Error("a short pg_control: no error")
 	}
-}
-
-// controlData returns pg_controldata's "Label: value" lines; a CRC
-// mismatch (which it only warns about) fails the test.
-func controlData(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	cmd, err := pgtest.Command("pg_controldata", "-D", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("pg_controldata: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "WARNING") {
-		t.Fatalf("pg_controldata warns:\n%s", out)
-	}
-	m := map[string]string{}
-	for _, l := range strings.Split(string(out), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok {
-			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	return m
 }

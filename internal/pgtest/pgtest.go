@@ -468,3 +468,28 @@ func Untar(t testing.TB, r io.Reader, dir string) {
 		}
 	}
 }
+
+// ControlData returns pg_controldata's "Label: value" lines for the data
+// directory dir; a warning from it (a CRC that does not match, which it
+// reports and goes on) fails the test.
+func ControlData(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	cmd, err := Command("pg_controldata", "-D", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_controldata: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "WARNING") {
+		t.Fatalf("pg_controldata warns:\n%s", out)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
