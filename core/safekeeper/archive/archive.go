@@ -42,8 +42,14 @@ type Options struct {
 	// Takeover is how long a segment another member owns may stay missing
 	// from the store before this one uploads it (default 30 s).
 	Takeover time.Duration
-	Logger   zerolog.Logger
-	Now      func() time.Time
+	// FinalStagger spaces the members' uploads of the partial segment as
+	// they stop together (Final): the segment's owner first, the next
+	// rank FinalStagger later, and so on, so that each sees what the
+	// earlier ones put and a shorter copy never replaces a longer one
+	// (default 500 ms).
+	FinalStagger time.Duration
+	Logger       zerolog.Logger
+	Now          func() time.Time
 }
 
 // DefaultTakeover is Options.Takeover's default.
@@ -98,7 +104,8 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 // partial last segment uploaded at once, without waiting for
 // PartialAfter of quiet, unless the store already holds as much of it
 // (another member, stopping too, may have put a longer copy, which is
-// kept). A cluster stopped cleanly then has all its WAL in the object
+// kept; the members take turns, see Options.FinalStagger). A cluster
+// stopped cleanly then has all its WAL in the object
 // store, for a restore from the store alone. With PartialAfter 0
 // (partial segments off) it is Step.
 func (a *Archiver) Final(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
@@ -121,7 +128,7 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 	// with the segments it owns; archived stops at the first gap.
 	gap := false
 	for p := archived; uint64(p)+seg <= uint64(limit); p += pg.LSN(seg) {
-		done, err := a.segment(ctx, ctl, p)
+		done, err := a.segment(ctx, ctl, p, final)
 		if err != nil {
 			return archived, err
 		}
@@ -163,6 +170,9 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
 		key := Key(a.o.Prefix, ctl.SystemID, name, true)
 		if final {
+			if err := a.waitTurn(ctx, uint64(archived)/seg); err != nil {
+				return archived, err
+			}
 			if oi, err := a.o.Store.Stat(ctx, key); err == nil && oi.Size >= int64(limit-archived) {
 				a.partialDone = limit
 				return archived, nil
@@ -212,7 +222,7 @@ func (a *Archiver) checkStore(ctx context.Context) error {
 // segment archives the full segment at p, or finds it in the store: it
 // reports whether the segment is in the store now. A segment another
 // member owns is left to it until Takeover has passed.
-func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN) (bool, error) {
+func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN, final bool) (bool, error) {
 	seg := a.st.SegmentSize()
 	no := uint64(p) / seg
 	name := walstore.SegmentName(ctl.Timeline, no, seg)
@@ -229,7 +239,9 @@ func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN) 
 		a.inStore[no] = there
 		return there, err
 	}
-	if !a.owns(no) {
+	// At a stop (final) no member waits for the owner, which is stopping
+	// too: the conditional create lets one upload win.
+	if !a.owns(no) && !final {
 		since, ok := a.waiting[no]
 		if !ok {
 			a.waiting[no] = a.o.Now()
@@ -253,6 +265,25 @@ func (a *Archiver) segment(ctx context.Context, ctl walstore.Control, p pg.LSN) 
 	}
 	a.o.Logger.Debug().Str("segment", name).Msg("archive: uploaded segment")
 	return true, nil
+}
+
+// waitTurn waits for this member's turn to put the partial copy of
+// segment no at a stop (see Options.FinalStagger).
+func (a *Archiver) waitTurn(ctx context.Context, no uint64) error {
+	if a.o.GroupSize <= 1 {
+		return nil
+	}
+	stagger := a.o.FinalStagger
+	if stagger == 0 {
+		stagger = 500 * time.Millisecond
+	}
+	turn := (a.o.Rank - int(no%uint64(a.o.GroupSize)) + a.o.GroupSize) % a.o.GroupSize
+	select {
+	case <-time.After(time.Duration(turn) * stagger):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // owns reports whether this member uploads segment no first.

@@ -242,7 +242,7 @@ func BenchmarkArchiveSegment(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		a.inStore = map[uint64]bool{}
-		if _, err := a.segment(context.Background(), ctl, start+pg.LSN(i%2)*segSize); err != nil {
+		if _, err := a.segment(context.Background(), ctl, start+pg.LSN(i%2)*segSize, false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -334,5 +334,52 @@ func TestFinalUploadsPartial(t *testing.T) {
 	}
 	if oi, err := store.Stat(ctx, key); err != nil || oi.Size != int64(n) {
 		t.Fatalf("after a shorter member's Final: %d bytes, %v; want %d", oi.Size, err, n)
+	}
+}
+
+// slowPuts takes a few milliseconds for each Put, as a remote store does.
+type slowPuts struct{ objectstore.Store }
+
+func (s slowPuts) Put(ctx context.Context, key string, r io.Reader, o objectstore.PutOptions) error {
+	time.Sleep(time.Duration(rand.Intn(8)) * time.Millisecond)
+	return s.Store.Put(ctx, key, r, o)
+}
+
+// TestFinalConcurrent: the members of a group stop together, one of them
+// with less WAL (a lower commit LSN), over a store whose Puts take a few
+// milliseconds; whatever order they run in, the store ends with the
+// longest copy of the partial segment. (Without the members' turns, the
+// lagging member's Put lands last in some rounds.)
+func TestFinalConcurrent(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(2 * seg)
+	wal := make([]byte, seg+3*walstore.BlockSize)
+	rand.New(rand.NewSource(4)).Read(wal)
+	commit := start + seg + 2*walstore.BlockSize + 11
+	name := walstore.SegmentName(1, uint64(start+seg)/seg, seg)
+	for round := 0; round < 20; round++ {
+		sts := group(t, 3, start, wal)
+		store := slowPuts{objectstore.NewMemory()}
+		var wg sync.WaitGroup
+		for rank, st := range sts {
+			a := New(Options{Store: store, Prefix: "wal", PartialAfter: time.Hour, Rank: rank, GroupSize: 3,
+				FinalStagger: 30 * time.Millisecond, Logger: zerolog.Nop()}, st)
+			c := commit
+			if rank == round%3 {
+				c = commit - 500 // the lagging member
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := a.Final(ctx, c); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		oi, err := store.Stat(ctx, Key("wal", 7, name, true))
+		if err != nil || oi.Size != int64(commit-start-seg) {
+			t.Fatalf("round %d (member %d lagging): the partial copy holds %d bytes, %v; want %d", round, round%3, oi.Size, err, commit-start-seg)
+		}
 	}
 }
