@@ -234,3 +234,33 @@ func TestComputeWaitsFindsTheClusterAgent(t *testing.T) {
 		t.Fatalf("compute waits with metrics off: exit %d, stderr %q", code, e)
 	}
 }
+
+// TestRestoreCommand: `strata restore` refuses a bad target, a missing
+// flag, a stopped cluster (saying to start it or use --from-store), and a
+// store with nothing to restore, each with exit 1 and nothing on stdout.
+func TestRestoreCommand(t *testing.T) {
+	bin := buildStrata(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	state, objs := filepath.Join(dir, "state"), filepath.Join(dir, "objs")
+	os.WriteFile(cfg, []byte("cluster:\n  data_dir: "+state+"\nobjectstore:\n  type: fs\n  fs:\n    root: "+objs+"\n"), 0o644)
+	to := filepath.Join(dir, "copy")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"restore", "--at", "yesterday", "--to", to}, `target "yesterday" is neither an LSN`},
+		{[]string{"restore", "--to", to}, `required flag(s) "at" not set`},
+		{[]string{"restore", "--at", "0/1000000"}, `required flag(s) "to" not set`},
+		{[]string{"restore", "--at", "latest", "--to", to}, "restore from the object store alone with --from-store"},
+		{[]string{"restore", "--from-store", "--at", "latest", "--to", to}, "the object store holds no timeline"},
+	} {
+		out, e, code := run(t, bin, dir, nil, append([]string{"--config", cfg}, c.args...)...)
+		if code != 1 || out != "" || !strings.Contains(e, c.want) {
+			t.Errorf("strata %s: exit %d, stdout %q, stderr %q; want exit 1 saying %q", strings.Join(c.args, " "), code, out, e, c.want)
+		}
+	}
+	if _, err := os.Stat(to); !os.IsNotExist(err) {
+		t.Errorf("a refused restore left %s: %v", to, err)
+	}
+}
