@@ -26,6 +26,19 @@ func TestRestoreUnderLoad(t *testing.T) {
 		t.Skip("STRATA_LONG_TESTS=1 runs it")
 	}
 	c, _ := newTestCluster(t)
+	restoreUnderLoad(t, c)
+}
+
+// TestRestoreUnderLoadRedo is TestRestoreUnderLoad in redo mode.
+func TestRestoreUnderLoadRedo(t *testing.T) {
+	if os.Getenv("STRATA_LONG_TESTS") != "1" {
+		t.Skip("STRATA_LONG_TESTS=1 runs it")
+	}
+	c, _ := newRedoCluster(t)
+	restoreUnderLoad(t, c)
+}
+
+func restoreUnderLoad(t *testing.T, c *Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	url, err := c.Up(ctx, func(s string) { t.Log(s) })
