@@ -88,11 +88,16 @@ type walResult struct {
 // safekeeper breaks off before x, the others are tried first in turn, as
 // FillWAL does.
 func fetchWAL(ctx context.Context, src agent.WALSource, dir string, tli pg.PGTimeline, from, x, end pg.LSN, uid, gid int, progress func(string)) (walResult, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "archive_status"), 0o700); err != nil {
-		return walResult{}, err
-	}
 	var errs []error
 	for i := range max(1, len(src.Safekeepers)) {
+		// Each try starts from an empty pg_wal: nothing of a source whose
+		// WAL broke off stays behind.
+		if err := os.RemoveAll(dir); err != nil {
+			return walResult{}, err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "archive_status"), 0o700); err != nil {
+			return walResult{}, err
+		}
 		try := src
 		try.Safekeepers = append(append([]string(nil), src.Safekeepers[i:]...), src.Safekeepers[:i]...)
 		s := &segments{ctx: ctx, src: try, tli: tli, end: end, dir: dir, uid: uid, gid: gid}
