@@ -28,21 +28,24 @@ not changed.
 --at is a WAL position (everything that starts before it, like 0/3A2F1C8), a
 time (every transaction that committed at or before it: "2026-12-06 13:40:00"
 in the local zone, or RFC 3339 such as 2026-12-06T13:40:00Z), or latest (the
-newest durable WAL). The pageserver
-keeps the page history of storage.pitr (default 1h) and storage.gc_horizon;
-an older moment is refused. The pages come from the pageserver, the WAL from
-the safekeepers and the object store's archive.
+newest durable WAL). The pageserver keeps the page history of storage.pitr
+(default 1h) and storage.gc_horizon; an older moment is refused, and strata
+status says how far back a restore reaches. The pages come from the
+pageserver, the WAL from the safekeepers and the object store's archive.
 
 With --from-store the cluster need not run, nor its folder exist: a read-only
 pageserver opened in this process reads the object store, and the WAL comes
 from the archive alone, so the newest moment is the older of the store's
 newest manifest and the archived WAL (strata down leaves both complete).
+Without the cluster's folder the superuser's password is gone too: the
+copy is reached over its Unix socket as the postgres OS user.
 
 The restored server keeps the cluster's roles and passwords, listens on
 127.0.0.1 at --port (default: a port free now), and is left stopped: the
 command to start it and its connection string are printed at the end.`,
 		Example: `  strata restore --at "2026-12-06 13:40:00" --to /var/lib/strata-restore
-  strata restore --at 0/3A2F1C8 --to /tmp/before-drop --port 5499`,
+  strata restore --at 0/3A2F1C8 --to /tmp/before-drop --port 5499
+  strata restore --from-store --at latest --to /var/lib/strata-restore`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			target, err := restore.ParseTarget(at)
@@ -84,7 +87,7 @@ command to start it and its connection string are printed at the end.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&at, "at", "", "the moment to restore to: an LSN (0/3A2F1C8) or a time (\"2026-12-06 13:40:00\", RFC 3339)")
+	cmd.Flags().StringVar(&at, "at", "", "the moment to restore to: an LSN (0/3A2F1C8), a time (\"2026-12-06 13:40:00\", RFC 3339) or latest")
 	cmd.Flags().StringVar(&to, "to", "", "the new data directory (must not exist, or be empty)")
 	cmd.Flags().IntVar(&port, "port", 0, "the restored server's port on 127.0.0.1 (default: one free now)")
 	cmd.Flags().BoolVar(&fromStore, "from-store", false, "read the object store alone (a cluster whose machine or data folder is lost, or that is stopped): pages from a read-only pageserver opened in this process, WAL from the archive")
