@@ -195,6 +195,7 @@ const (
 	xlogCheckpointShutdown = 0x00 // XLOG_CHECKPOINT_SHUTDOWN
 	xlogCheckpointOnline   = 0x10 // XLOG_CHECKPOINT_ONLINE
 	checkpointSize         = 88   // sizeof(CheckPoint) in PostgreSQL 15 on 64-bit
+	checkpointTimeOffset   = 64   // offsetof(CheckPoint, time)
 )
 
 // ParseCheckpoint recognises a checkpoint record (XLOG CHECKPOINT_SHUTDOWN
@@ -263,14 +264,11 @@ const (
 // point and no backup in progress, and a fresh CRC. The CRC of ctl is
 // checked first, which also checks the layout this function assumes.
 func ControlFromCheckpoint(ctl []byte, c Checkpoint, now time.Time) ([]byte, error) {
-	if len(ctl) < ctlCRC+4 || len(c.Data) != checkpointSize {
-		return nil, fmt.Errorf("%w: %d bytes, checkpoint of %d bytes", ErrBadControl, len(ctl), len(c.Data))
+	if len(c.Data) != checkpointSize {
+		return nil, fmt.Errorf("%w: checkpoint of %d bytes", ErrBadControl, len(c.Data))
 	}
-	if v := binary.LittleEndian.Uint32(ctl[8:]); v != ctlVersion {
-		return nil, fmt.Errorf("%w: pg_control_version %d", ErrBadControl, v)
-	}
-	if got, want := crc32.Checksum(ctl[:ctlCRC], castagnoli), binary.LittleEndian.Uint32(ctl[ctlCRC:]); got != want {
-		return nil, fmt.Errorf("%w: CRC %08x, stored %08x", ErrBadControl, got, want)
+	if err := checkControl(ctl); err != nil {
+		return nil, err
 	}
 	out := bytes.Clone(ctl)
 	binary.LittleEndian.PutUint32(out[ctlState:], dbInProduction)
@@ -284,6 +282,46 @@ func ControlFromCheckpoint(ctl []byte, c Checkpoint, now time.Time) ([]byte, err
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checkControl checks that ctl is PostgreSQL 15's pg_control with a CRC
+// that matches (which also checks the layout the offsets above assume).
+func checkControl(ctl []byte) error {
+	if len(ctl) < ctlCRC+4 {
+		return fmt.Errorf("%w: %d bytes", ErrBadControl, len(ctl))
+	}
+	if v := binary.LittleEndian.Uint32(ctl[8:]); v != ctlVersion {
+		return fmt.Errorf("%w: pg_control_version %d", ErrBadControl, v)
+	}
+	if got, want := crc32.Checksum(ctl[:ctlCRC], castagnoli), binary.LittleEndian.Uint32(ctl[ctlCRC:]); got != want {
+		return fmt.Errorf("%w: CRC %08x, stored %08x", ErrBadControl, got, want)
+	}
+	return nil
+}
+
+// ControlWithMinRecoveryPoint returns a copy of pg_control (checked
+// first) with the minimum recovery point set to lsn on PostgreSQL
+// timeline tli, no backup in progress, and a fresh CRC: archive recovery
+// from it refuses to stop, or to call the server consistent, before lsn.
+func ControlWithMinRecoveryPoint(ctl []byte, lsn pg.LSN, tli pg.PGTimeline) ([]byte, error) {
+	if err := checkControl(ctl); err != nil {
+		return nil, err
+	}
+	out := bytes.Clone(ctl)
+	binary.LittleEndian.PutUint64(out[ctlMinRecovery:], uint64(lsn))
+	binary.LittleEndian.PutUint32(out[ctlMinRecovery+8:], uint32(tli))
+	clear(out[ctlBackupStart : ctlBackupStart+17])
+	binary.LittleEndian.PutUint32(out[ctlCRC:], crc32.Checksum(out[:ctlCRC], castagnoli))
+	return out, nil
+}
+
+// ControlCheckpointTime returns the time (whole seconds, when it began)
+// of the checkpoint pg_control names (checkPointCopy.time).
+func ControlCheckpointTime(ctl []byte) (time.Time, error) {
+	if err := checkControl(ctl); err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(int64(binary.LittleEndian.Uint64(ctl[ctlCheckPointCpy+checkpointTimeOffset:])), 0), nil
+}
 
 // BasebackupFromWAL writes a tar of a redo-mode timeline's data directory
 // at lsn that a stock PostgreSQL 15 starts from: every relation page at lsn

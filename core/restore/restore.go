@@ -30,10 +30,8 @@ package restore
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -295,7 +293,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return nil, err
 	}
 	res.Files, res.Relations, res.Pages = b.files, b.rels, b.pages
-	ctlBytes, err = withMinRecoveryPoint(ctlBytes, w.consistent, ctl.Timeline)
+	ctlBytes, err = pageserver.ControlWithMinRecoveryPoint(ctlBytes, w.consistent, ctl.Timeline)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +396,7 @@ func Oldest(ctx context.Context, ps *client.Client, tl, filesTL pg.TimelineID) (
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, oldest, err)
 	}
-	at, err := checkpointTime(ctl)
+	at, err := pageserver.ControlCheckpointTime(ctl)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
@@ -555,50 +553,6 @@ var (
 	stopRE = regexp.MustCompile(`LOG:\s+(recovery stopping [^\n]*)`)
 	lastRE = regexp.MustCompile(`last completed transaction was at log time ([^\n]*)`)
 )
-
-// PostgreSQL 15 ControlFileData offsets (64-bit) that withMinRecoveryPoint
-// sets.
-const (
-	ctlMinRecovery    = 136 // minRecoveryPoint (8), minRecoveryPointTLI (4)
-	ctlBackupStart    = 152 // backupStartPoint, backupEndPoint, backupEndRequired
-	ctlCRC            = 288
-	ctlCheckpointTime = 40 + 64 // checkPointCopy.time
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// withMinRecoveryPoint returns a copy of pg_control with the minimum
-// recovery point set to lsn on tli, no backup in progress, and its CRC
-// updated (checked first).
-func withMinRecoveryPoint(ctl []byte, lsn pg.LSN, tli pg.PGTimeline) ([]byte, error) {
-	if _, err := agent.ParseControl(ctl); err != nil {
-		return nil, err
-	}
-	if len(ctl) < ctlCRC+4 {
-		return nil, fmt.Errorf("restore: %s of %d bytes", ControlFile, len(ctl))
-	}
-	le := binary.LittleEndian
-	if got, want := crc32.Checksum(ctl[:ctlCRC], castagnoli), le.Uint32(ctl[ctlCRC:]); got != want {
-		return nil, fmt.Errorf("restore: %s: CRC %08x, stored %08x", ControlFile, got, want)
-	}
-	out := append([]byte(nil), ctl...)
-	le.PutUint64(out[ctlMinRecovery:], uint64(lsn))
-	le.PutUint32(out[ctlMinRecovery+8:], uint32(tli))
-	clear(out[ctlBackupStart : ctlBackupStart+17])
-	le.PutUint32(out[ctlCRC:], crc32.Checksum(out[:ctlCRC], castagnoli))
-	return out, nil
-}
-
-// checkpointTime returns the time of the checkpoint pg_control names.
-func checkpointTime(ctl []byte) (time.Time, error) {
-	if _, err := agent.ParseControl(ctl); err != nil {
-		return time.Time{}, err
-	}
-	if len(ctl) < ctlCheckpointTime+8 {
-		return time.Time{}, fmt.Errorf("restore: %s of %d bytes", ControlFile, len(ctl))
-	}
-	return time.Unix(int64(binary.LittleEndian.Uint64(ctl[ctlCheckpointTime:])), 0), nil
-}
 
 // chownTree gives every file and folder under dir to uid:gid.
 func chownTree(dir string, uid, gid int) error {

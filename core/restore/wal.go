@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/compute/walpos"
+	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -177,7 +178,7 @@ func lsnForTime(ctx context.Context, o Options, oldest, end pg.LSN) (pg.LSN, err
 		if err != nil {
 			return false, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, l, err)
 		}
-		at, err := checkpointTime(ctl)
+		at, err := pageserver.ControlCheckpointTime(ctl)
 		if err != nil {
 			return false, time.Time{}, err
 		}

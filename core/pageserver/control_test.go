@@ -1,4 +1,4 @@
-package restore
+package pageserver_test
 
 import (
 	"os"
@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
-// TestControlFields checks the pg_control offsets this package uses
-// against PostgreSQL 15's own pg_controldata: the checkpoint time it
+// TestControlFields checks the pg_control offsets of
+// ControlCheckpointTime and ControlWithMinRecoveryPoint against PostgreSQL
+// 15's own pg_controldata: the checkpoint time it
 // reads, and the minimum recovery point it writes (with a CRC that
 // pg_controldata accepts). A pg_control with a wrong CRC is refused.
 func TestControlFields(t *testing.T) {
@@ -21,13 +23,13 @@ func TestControlFields(t *testing.T) {
 	}
 	srv := pgtest.Start(t, pgtest.Options{})
 	srv.Stop()
-	path := filepath.Join(srv.DataDir, ControlFile)
+	path := filepath.Join(srv.DataDir, pageserver.ControlFile)
 	ctl, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := pgtest.ControlData(t, srv.DataDir)
-	at, err := checkpointTime(ctl)
+	at, err := pageserver.ControlCheckpointTime(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestControlFields(t *testing.T) {
 		t.Errorf("checkpointTime = %s, pg_controldata says %s (%q)", at, want, before["Time of latest checkpoint"])
 	}
 
-	out, err := withMinRecoveryPoint(ctl, pg.LSN(0x3_00A2F1C8), 1)
+	out, err := pageserver.ControlWithMinRecoveryPoint(ctl, pg.LSN(0x3_00A2F1C8), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +62,11 @@ func TestControlFields(t *testing.T) {
 	}
 
 	bad := append([]byte(nil), ctl...)
-	bad[ctlMinRecovery] ^= 0xFF
-	if _, err := withMinRecoveryPoint(bad, 1, 1); err == nil || !strings.Contains(err.Error(), "CRC") {
+	bad[136] ^= 0xFF // minRecoveryPoint: the CRC no longer matches
+	if _, err := pageserver.ControlWithMinRecoveryPoint(bad, 1, 1); err == nil || !strings.Contains(err.Error(), "CRC") {
 		t.Errorf("a pg_control with a wrong CRC: %v, want refused", err)
 	}
-	if _, err := checkpointTime(ctl[:20]); err == nil {
+	if _, err := pageserver.ControlCheckpointTime(ctl[:20]); err == nil {
 		t.Error("a short pg_control: no error")
 	}
 }
