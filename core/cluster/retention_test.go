@@ -4,13 +4,17 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/internal/doccheck"
+	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -20,6 +24,8 @@ import (
 // cutoff (`strata status`) rises above zero once the first in-memory layer
 // (64 MB of pages) is flushed, and stays at least gc_horizon below the last
 // record. `strata status` shows each part's disk use and the room left.
+// Last, a restore at the edge of that history holds GC back with a lease
+// while it reads (restoreAtTheEdge).
 func TestStorageRetention(t *testing.T) {
 	// With metrics on (the other cluster tests run without), so that the
 	// compute agent's line of `strata status` and the disk-free gauges are
@@ -155,6 +161,100 @@ func TestStorageRetention(t *testing.T) {
 		}
 	}
 	t.Logf("%d strata metric families exported, each documented", len(exported))
+
+	restoreAtTheEdge(t, ctx, c, url)
+}
+
+// restoreAtTheEdge: a restore at the oldest moment the history reaches
+// (the GC cutoff), while 80 MB more of writes make GC want to pass it,
+// holds its place with a lease: while it reads, `strata status` shows the
+// lease and a GC cutoff at or below it, though a newer layer was flushed
+// more than pitr (2 s) ago; the copy holds whole transactions (when x
+// comes after filler was made) and passes pg_amcheck. Once the restore ends, GC passes the LSN again.
+func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url string) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := st.RestoreFrom
+	if x == 0 || x < st.PageserverGCCutoff {
+		t.Fatalf("status: restore from %s with the GC cutoff at %s", x, st.PageserverGCCutoff)
+	}
+	root := pgtest.MkdirOwned(t, "strata-restore-lease-")
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var held *Status
+	hook := func(line string) {
+		t.Logf("restore: %s", line)
+		if held != nil || !strings.HasPrefix(line, "WAL from ") {
+			return
+		}
+		// The lease is on x now; the pages are read after this line.
+		before, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 4; i++ {
+			exec1(t, ctx, url, "INSERT INTO filler SELECT g, repeat('y', 900) FROM generate_series(1, 20000) g")
+			exec1(t, ctx, url, "CHECKPOINT")
+		}
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			now, err := c.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.PageserverRemote > before.PageserverRemote {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no layer flushed and uploaded past %s after 80 MB of writes", before.PageserverRemote)
+			}
+		}
+		// pitr (2 s) and a few background rounds (a second each).
+		time.Sleep(5 * time.Second)
+		if held, err = c.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := c.Restore(ctx, restore.Target{LSN: x}, filepath.Join(root, "edge"), 0, hook)
+	if err != nil {
+		t.Fatalf("restore at the edge of the history (%s): %v", x, err)
+	}
+	if held == nil {
+		t.Fatal("the restore never said where its WAL starts")
+	}
+	var out strings.Builder
+	held.Print(&out)
+	t.Logf("status while the restore read at %s:\n%s", x, out.String())
+	if held.PageserverLease != x || held.PageserverGCCutoff > x || !strings.Contains(out.String(), "held at "+x.String()+" by a lease") {
+		t.Errorf("while the restore read at %s: lease %s, GC cutoff %s (remote %s, last %s); want the lease at %s and the cutoff at or below it",
+			x, held.PageserverLease, held.PageserverGCCutoff, held.PageserverRemote, held.PageserverLast, x)
+	}
+	_, stop := startRestored(t, ctx, r)
+	// x may come before filler was made, or after some of its inserts.
+	if queryString(t, ctx, r.URL, "SELECT (to_regclass('filler') IS NOT NULL)::text") == "true" {
+		n, err := strconv.Atoi(queryString(t, ctx, r.URL, "SELECT count(*)::text FROM filler"))
+		if err != nil || n%20000 != 0 || n > 100000 {
+			t.Errorf("the copy at %s holds %d filler rows (%v), want whole transactions of 20000 from the first 100000", x, n, err)
+		}
+		t.Logf("the copy at %s holds %d filler rows", x, n)
+	}
+	pgtool(t, r.URL, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+	stop()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PageserverLease == 0 && st.PageserverGCCutoff > x {
+			t.Logf("after the restore: GC cutoff %s, no lease", st.PageserverGCCutoff)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the restore: lease %s, GC cutoff %s, not past %s", st.PageserverLease, st.PageserverGCCutoff, x)
+		}
+	}
 }
 
 func httpGet(t *testing.T, ctx context.Context, url string) string {

@@ -57,6 +57,9 @@ type Status struct {
 	// PageserverGCCutoff: the oldest LSN the pageserver still reads at
 	// (storage.pitr and storage.gc_horizon move it up).
 	PageserverGCCutoff pg.LSN
+	// PageserverLease: the lowest LSN a lease holds GC below (a restore
+	// reading there; zero when none).
+	PageserverLease pg.LSN
 	// RestoreFrom and RestoreFromTime: the oldest moment `strata restore`
 	// reaches (zero when the pageserver does not say).
 	RestoreFrom     pg.LSN
@@ -180,17 +183,20 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 	s.Timeline = st.Timeline
 	if tl, err := pg.ParseTimelineID(st.Timeline); err == nil && st.Pageserver != "" {
 		if cl, err := client.Dial(st.Pageserver); err == nil {
+			filesTL := tl
+			if st.FilesTimeline != "" {
+				filesTL, _ = pg.ParseTimelineID(st.FilesTimeline)
+			}
 			if tls, err := cl.ListTimelines(qctx); err == nil {
 				for _, t := range tls {
 					if t.ID == tl {
 						s.PageserverLast, s.PageserverDurable, s.PageserverRemote = t.LSNs.LastRecord, t.LSNs.Durable, t.LSNs.RemoteConsistent
 						s.PageserverGCCutoff = t.LSNs.GCCutoff
 					}
+					if l := t.LSNs.Lease; (t.ID == tl || t.ID == filesTL) && l > 0 && (s.PageserverLease == 0 || l < s.PageserverLease) {
+						s.PageserverLease = l
+					}
 				}
-			}
-			var filesTL pg.TimelineID
-			if st.FilesTimeline != "" {
-				filesTL, _ = pg.ParseTimelineID(st.FilesTimeline)
 			}
 			if lsn, at, err := restore.Oldest(qctx, cl, tl, filesTL); err == nil {
 				s.RestoreFrom, s.RestoreFromTime = lsn, at
@@ -228,7 +234,12 @@ func (s *Status) Print(w io.Writer) {
 			// why).
 			ingest = fmt.Sprintf("  ingest_lag %d B", lagBytes(groupCommit(s.Safekeepers), s.PageserverLast))
 		}
-		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s%s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff, ingest)
+		lease := ""
+		if s.PageserverLease > 0 {
+			// A restore is reading: GC stays at or below this.
+			lease = fmt.Sprintf("  held at %s by a lease (a restore)", s.PageserverLease)
+		}
+		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s%s%s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff, lease, ingest)
 	}
 	if s.RestoreFrom > 0 {
 		fmt.Fprintf(w, "restore   from %s (%s) on: strata restore --at LSN|TIME --to DIR\n", s.RestoreFromTime.Local().Format("2006-01-02 15:04:05 -07:00"), s.RestoreFrom)

@@ -205,10 +205,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := checkEmpty(dir); err != nil {
 		return nil, err
 	}
-	oldest, end, err := history(ctx, o)
+	// The history from the oldest LSN on is held while the target is
+	// looked for, then from the target on while it is read.
+	oldest, end, hold, err := holdOldest(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	defer hold.release()
 	first, err := firstControl(ctx, o, oldest, end)
 	if err != nil {
 		return nil, err
@@ -230,6 +233,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return nil, fmt.Errorf("%w: %s is older than the page history the pageserver keeps for this cluster, which starts at %s (storage.pitr and storage.gc_horizon say how far back it reaches)", ErrTooOld, x, oldest)
 	case x > end:
 		return nil, fmt.Errorf("%w: %s is past the newest durable WAL, %s", ErrTooNew, x, end)
+	}
+	if err := hold.move(ctx, x); err != nil {
+		return nil, err
 	}
 	ctlBytes, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, x)
 	if err != nil {
@@ -287,7 +293,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 
 	b, err := writeBase(ctx, o, x, o.Progress)
 	if errors.Is(err, timeline.ErrBelowGCCutoff) {
-		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran (it was at the edge of the history that storage.pitr keeps): choose a later moment (%w)", ErrTooOld, x, err)
+		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran, though the restore held a lease on it (was the pageserver restarted meanwhile? it keeps leases in memory): choose a later moment, or try again (%w)", ErrTooOld, x, err)
 	}
 	if err != nil {
 		return nil, err
@@ -372,6 +378,20 @@ func history(ctx context.Context, o Options) (oldest, end pg.LSN, err error) {
 	// page header: nothing can be restored below it.
 	oldest = max(oldest, pg.LSN(40))
 	return oldest, end, nil
+}
+
+// holdOldest returns history's LSNs with a lease on the oldest. GC may
+// pass it between the two calls: then history is read again.
+func holdOldest(ctx context.Context, o Options) (oldest, end pg.LSN, l *lease, err error) {
+	for try := 1; ; try++ {
+		if oldest, end, err = history(ctx, o); err != nil {
+			return 0, 0, nil, err
+		}
+		l, err = holdHistory(ctx, o, oldest)
+		if err == nil || !errors.Is(err, ErrTooOld) || try == 3 {
+			return oldest, end, l, err
+		}
+	}
 }
 
 // Oldest returns the oldest moment a restore can reach on the running

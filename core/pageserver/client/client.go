@@ -47,8 +47,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -155,19 +157,29 @@ func fromStatus(err error) error {
 	switch st.Code() {
 	case codes.NotFound:
 		if containsTimeline(st.Message()) {
-			return fmt.Errorf("%w: %s", pageserver.ErrNoTimeline, st.Message())
+			return wrapMessage(pageserver.ErrNoTimeline, st.Message())
 		}
-		return fmt.Errorf("%w: %s", timeline.ErrNotFound, st.Message())
+		return wrapMessage(timeline.ErrNotFound, st.Message())
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("%w: %s", timeline.ErrWaitLSNTimeout, st.Message())
+		return wrapMessage(timeline.ErrWaitLSNTimeout, st.Message())
 	case codes.OutOfRange:
-		return fmt.Errorf("%w: %s", timeline.ErrBelowGCCutoff, st.Message())
+		return wrapMessage(timeline.ErrBelowGCCutoff, st.Message())
 	case codes.AlreadyExists:
-		return fmt.Errorf("%w: %s", pageserver.ErrTimelineExists, st.Message())
+		return wrapMessage(pageserver.ErrTimelineExists, st.Message())
 	case codes.FailedPrecondition:
-		return fmt.Errorf("%w: %s", pageserver.ErrStaleTerm, st.Message())
+		return wrapMessage(pageserver.ErrStaleTerm, st.Message())
 	}
 	return err
+}
+
+// wrapMessage wraps sentinel around the server's message, which usually
+// begins with the sentinel's own text (the server wrapped it too): that
+// is not said twice.
+func wrapMessage(sentinel error, msg string) error {
+	if m, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {
+		msg = m
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
 }
 
 func containsTimeline(msg string) bool {
@@ -578,7 +590,7 @@ func fromInfo(i *pb.TimelineInfo) TimelineInfo {
 	copy(t.Ancestor[:], i.Ancestor)
 	t.AncestorLSN = pg.LSN(i.AncestorLsn)
 	t.LSNs = timeline.LSNs{LastRecord: pg.LSN(i.LastRecordLsn), Commit: pg.LSN(i.CommitLsn), Durable: pg.LSN(i.DurableLsn),
-		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Pending: int(i.Pending)}
+		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Lease: pg.LSN(i.Lease), Pending: int(i.Pending)}
 	t.Layers = int(i.Layers)
 	t.Incarnation, t.Term = i.Incarnation, i.Term
 	return t
@@ -619,6 +631,22 @@ func (c *Client) ListTimelines(ctx context.Context) ([]TimelineInfo, error) {
 func (c *Client) AdvanceCommitLSN(ctx context.Context, id pg.TimelineID, lsn pg.LSN) error {
 	_, err := c.rpc.AdvanceCommitLSN(ctx, &pb.AdvanceCommitLSNRequest{Timeline: id[:], CommitLsn: uint64(lsn)})
 	return fromStatus(err)
+}
+
+// LeaseLSN keeps the history that reads at lsn on timeline id need for
+// ttl (at most timeline.MaxLeaseTTL): the pageserver's GC does not pass
+// lsn meanwhile. It returns when the lease ends; renew it before then.
+// ttl 0 ends the lease. An lsn below the GC cutoff fails with
+// timeline.ErrBelowGCCutoff.
+func (c *Client) LeaseLSN(ctx context.Context, id pg.TimelineID, lsn pg.LSN, ttl time.Duration) (time.Time, error) {
+	r, err := c.rpc.LeaseLSN(ctx, &pb.LeaseLSNRequest{Timeline: id[:], Lsn: uint64(lsn), TtlMs: uint32(ttl.Milliseconds())})
+	if err != nil {
+		return time.Time{}, fromStatus(err)
+	}
+	if r.ExpiresUnixMs == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(r.ExpiresUnixMs), nil
 }
 
 // ImportTarget returns timeline tl as the target of

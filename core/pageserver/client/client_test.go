@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +236,49 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if got, _ := h2.c.GetPage(ctx, child, client.PageRequest{Page: rel.Page(3), RequestLSN: client.LatestLSN}); !bytes.Equal(got, page(3)) {
 		t.Fatal("branch after restart on an empty disk")
+	}
+}
+
+// TestLeaseLSN: a lease shows in the timeline's info until it is ended;
+// a lease longer than timeline.MaxLeaseTTL and one on an unknown timeline
+// are refused with what is wrong.
+func TestLeaseLSN(t *testing.T) {
+	ctx := context.Background()
+	h := start(t, t.TempDir(), objectstore.NewMemory())
+	c := h.c
+	if _, err := c.CreateTimeline(ctx, tl); err != nil {
+		t.Fatal(err)
+	}
+	lease := func() pg.LSN {
+		infos, err := c.ListTimelines(ctx)
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("timelines: %+v, %v", infos, err)
+		}
+		return infos[0].LSNs.Lease
+	}
+	end, err := c.LeaseLSN(ctx, tl, 0x5000, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(end); d < 50*time.Second || d > 70*time.Second {
+		t.Fatalf("a lease of a minute ends in %s", d)
+	}
+	if _, err := c.LeaseLSN(ctx, tl, 0x3000, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l := lease(); l != 0x3000 {
+		t.Fatalf("lease %s, want the lower of 0/3000 and 0/5000", l)
+	}
+	if end, err := c.LeaseLSN(ctx, tl, 0x3000, 0); err != nil || !end.IsZero() {
+		t.Fatalf("ending a lease: %s, %v", end, err)
+	}
+	if l := lease(); l != 0x5000 {
+		t.Fatalf("lease %s after 0/3000 ended, want 0/5000", l)
+	}
+	if _, err := c.LeaseLSN(ctx, tl, 0x5000, 2*timeline.MaxLeaseTTL); err == nil || !strings.Contains(err.Error(), "lease length") {
+		t.Fatalf("a lease of two hours: %v, want a refusal that names the lease length", err)
+	}
+	if _, err := c.LeaseLSN(ctx, pg.TimelineID{0xBB}, 0x5000, time.Minute); !errors.Is(err, pageserver.ErrNoTimeline) {
+		t.Fatalf("a lease on an unknown timeline: %v, want ErrNoTimeline", err)
 	}
 }

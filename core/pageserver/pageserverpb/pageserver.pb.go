@@ -1627,8 +1627,10 @@ type TimelineInfo struct {
 	Layers              uint32                 `protobuf:"varint,10,opt,name=layers,proto3" json:"layers,omitempty"`
 	Incarnation         uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	Term                uint64                 `protobuf:"varint,12,opt,name=term,proto3" json:"term,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// lease: the lowest LSN a running lease holds GC below (0: none).
+	Lease         uint64 `protobuf:"varint,13,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TimelineInfo) Reset() {
@@ -1741,6 +1743,13 @@ func (x *TimelineInfo) GetIncarnation() uint64 {
 func (x *TimelineInfo) GetTerm() uint64 {
 	if x != nil {
 		return x.Term
+	}
+	return 0
+}
+
+func (x *TimelineInfo) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
 	}
 	return 0
 }
@@ -2080,6 +2089,123 @@ func (x *GetDurableRequest) GetTimeline() []byte {
 	return nil
 }
 
+// LeaseLSNRequest: keep the history that reads at lsn need for ttl_ms
+// (at most an hour): GC does not raise the timeline's cutoff above lsn
+// meanwhile. A reader renews its lease before it ends; ttl_ms 0 ends it.
+// An lsn below the cutoff is refused with OUT_OF_RANGE.
+type LeaseLSNRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	TtlMs         uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseLSNRequest) Reset() {
+	*x = LeaseLSNRequest{}
+	mi := &file_pageserver_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseLSNRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseLSNRequest) ProtoMessage() {}
+
+func (x *LeaseLSNRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseLSNRequest.ProtoReflect.Descriptor instead.
+func (*LeaseLSNRequest) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LeaseLSNRequest) GetTimeline() []byte {
+	if x != nil {
+		return x.Timeline
+	}
+	return nil
+}
+
+func (x *LeaseLSNRequest) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *LeaseLSNRequest) GetTtlMs() uint32 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type LeaseLSNResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// expires_unix_ms: when the lease ends (0 when it was ended).
+	ExpiresUnixMs int64  `protobuf:"varint,1,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	GcCutoff      uint64 `protobuf:"varint,2,opt,name=gc_cutoff,json=gcCutoff,proto3" json:"gc_cutoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseLSNResponse) Reset() {
+	*x = LeaseLSNResponse{}
+	mi := &file_pageserver_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseLSNResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseLSNResponse) ProtoMessage() {}
+
+func (x *LeaseLSNResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pageserver_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseLSNResponse.ProtoReflect.Descriptor instead.
+func (*LeaseLSNResponse) Descriptor() ([]byte, []int) {
+	return file_pageserver_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *LeaseLSNResponse) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+func (x *LeaseLSNResponse) GetGcCutoff() uint64 {
+	if x != nil {
+		return x.GcCutoff
+	}
+	return 0
+}
+
 var File_pageserver_proto protoreflect.FileDescriptor
 
 const file_pageserver_proto_rawDesc = "" +
@@ -2196,7 +2322,7 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x0fTimelineRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
-	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\x8a\x03\n" +
+	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\xa0\x03\n" +
 	"\fTimelineInfo\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
@@ -2212,7 +2338,8 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x06layers\x18\n" +
 	" \x01(\rR\x06layers\x12 \n" +
 	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12\x12\n" +
-	"\x04term\x18\f \x01(\x04R\x04term\"\x16\n" +
+	"\x04term\x18\f \x01(\x04R\x04term\x12\x14\n" +
+	"\x05lease\x18\r \x01(\x04R\x05lease\"\x16\n" +
 	"\x14ListTimelinesRequest\"Y\n" +
 	"\x15ListTimelinesResponse\x12@\n" +
 	"\ttimelines\x18\x01 \x03(\v2\".strata.pageserver.v1.TimelineInfoR\ttimelines\"T\n" +
@@ -2232,13 +2359,20 @@ const file_pageserver_proto_rawDesc = "" +
 	"durableLsn\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"/\n" +
 	"\x11GetDurableRequest\x12\x1a\n" +
-	"\btimeline\x18\x01 \x01(\fR\btimeline*O\n" +
+	"\btimeline\x18\x01 \x01(\fR\btimeline\"V\n" +
+	"\x0fLeaseLSNRequest\x12\x1a\n" +
+	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"W\n" +
+	"\x10LeaseLSNResponse\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x01 \x01(\x03R\rexpiresUnixMs\x12\x1b\n" +
+	"\tgc_cutoff\x18\x02 \x01(\x04R\bgcCutoff*O\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_FOUND\x10\x01\x12\x10\n" +
 	"\fWAIT_TIMEOUT\x10\x02\x12\x13\n" +
 	"\x0fBELOW_GC_CUTOFF\x10\x03\x12\t\n" +
-	"\x05ERROR\x10\x042\x91\n" +
+	"\x05ERROR\x10\x042\xec\n" +
 	"\n" +
 	"\vPageService\x12^\n" +
 	"\bGetPages\x12\".strata.pageserver.v1.GetPageBatch\x1a*.strata.pageserver.v1.GetPageBatchResponse(\x010\x01\x12Y\n" +
@@ -2256,7 +2390,8 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x10AdvanceCommitLSN\x12-.strata.pageserver.v1.AdvanceCommitLSNRequest\x1a\x1b.strata.pageserver.v1.Empty\x12\\\n" +
 	"\tBeginTerm\x12&.strata.pageserver.v1.BeginTermRequest\x1a'.strata.pageserver.v1.BeginTermResponse\x12]\n" +
 	"\n" +
-	"GetDurable\x12'.strata.pageserver.v1.GetDurableRequest\x1a&.strata.pageserver.v1.PutPagesResponseB9Z7github.com/stratadb/strata/core/pageserver/pageserverpbb\x06proto3"
+	"GetDurable\x12'.strata.pageserver.v1.GetDurableRequest\x1a&.strata.pageserver.v1.PutPagesResponse\x12Y\n" +
+	"\bLeaseLSN\x12%.strata.pageserver.v1.LeaseLSNRequest\x1a&.strata.pageserver.v1.LeaseLSNResponseB9Z7github.com/stratadb/strata/core/pageserver/pageserverpbb\x06proto3"
 
 var (
 	file_pageserver_proto_rawDescOnce sync.Once
@@ -2271,7 +2406,7 @@ func file_pageserver_proto_rawDescGZIP() []byte {
 }
 
 var file_pageserver_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pageserver_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_pageserver_proto_goTypes = []any{
 	(Code)(0),                       // 0: strata.pageserver.v1.Code
 	(RelOpRequest_Op)(0),            // 1: strata.pageserver.v1.RelOpRequest.Op
@@ -2307,6 +2442,8 @@ var file_pageserver_proto_goTypes = []any{
 	(*BeginTermRequest)(nil),        // 31: strata.pageserver.v1.BeginTermRequest
 	(*BeginTermResponse)(nil),       // 32: strata.pageserver.v1.BeginTermResponse
 	(*GetDurableRequest)(nil),       // 33: strata.pageserver.v1.GetDurableRequest
+	(*LeaseLSNRequest)(nil),         // 34: strata.pageserver.v1.LeaseLSNRequest
+	(*LeaseLSNResponse)(nil),        // 35: strata.pageserver.v1.LeaseLSNResponse
 }
 var file_pageserver_proto_depIdxs = []int32{
 	3,  // 0: strata.pageserver.v1.GetPageRequest.rel:type_name -> strata.pageserver.v1.RelTag
@@ -2338,22 +2475,24 @@ var file_pageserver_proto_depIdxs = []int32{
 	29, // 26: strata.pageserver.v1.PageService.AdvanceCommitLSN:input_type -> strata.pageserver.v1.AdvanceCommitLSNRequest
 	31, // 27: strata.pageserver.v1.PageService.BeginTerm:input_type -> strata.pageserver.v1.BeginTermRequest
 	33, // 28: strata.pageserver.v1.PageService.GetDurable:input_type -> strata.pageserver.v1.GetDurableRequest
-	7,  // 29: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
-	11, // 30: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
-	13, // 31: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
-	15, // 32: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
-	11, // 33: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	18, // 34: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
-	11, // 35: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
-	22, // 36: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
-	24, // 37: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
-	26, // 38: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
-	28, // 39: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
-	30, // 40: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
-	32, // 41: strata.pageserver.v1.PageService.BeginTerm:output_type -> strata.pageserver.v1.BeginTermResponse
-	11, // 42: strata.pageserver.v1.PageService.GetDurable:output_type -> strata.pageserver.v1.PutPagesResponse
-	29, // [29:43] is the sub-list for method output_type
-	15, // [15:29] is the sub-list for method input_type
+	34, // 29: strata.pageserver.v1.PageService.LeaseLSN:input_type -> strata.pageserver.v1.LeaseLSNRequest
+	7,  // 30: strata.pageserver.v1.PageService.GetPages:output_type -> strata.pageserver.v1.GetPageBatchResponse
+	11, // 31: strata.pageserver.v1.PageService.PutPages:output_type -> strata.pageserver.v1.PutPagesResponse
+	13, // 32: strata.pageserver.v1.PageService.Nblocks:output_type -> strata.pageserver.v1.NblocksResponse
+	15, // 33: strata.pageserver.v1.PageService.DbSize:output_type -> strata.pageserver.v1.DbSizeResponse
+	11, // 34: strata.pageserver.v1.PageService.RelOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	18, // 35: strata.pageserver.v1.PageService.GetFile:output_type -> strata.pageserver.v1.GetFileResponse
+	11, // 36: strata.pageserver.v1.PageService.FileOp:output_type -> strata.pageserver.v1.PutPagesResponse
+	22, // 37: strata.pageserver.v1.PageService.ListFiles:output_type -> strata.pageserver.v1.ListFilesResponse
+	24, // 38: strata.pageserver.v1.PageService.Basebackup:output_type -> strata.pageserver.v1.Chunk
+	26, // 39: strata.pageserver.v1.PageService.CreateTimeline:output_type -> strata.pageserver.v1.TimelineInfo
+	28, // 40: strata.pageserver.v1.PageService.ListTimelines:output_type -> strata.pageserver.v1.ListTimelinesResponse
+	30, // 41: strata.pageserver.v1.PageService.AdvanceCommitLSN:output_type -> strata.pageserver.v1.Empty
+	32, // 42: strata.pageserver.v1.PageService.BeginTerm:output_type -> strata.pageserver.v1.BeginTermResponse
+	11, // 43: strata.pageserver.v1.PageService.GetDurable:output_type -> strata.pageserver.v1.PutPagesResponse
+	35, // 44: strata.pageserver.v1.PageService.LeaseLSN:output_type -> strata.pageserver.v1.LeaseLSNResponse
+	30, // [30:45] is the sub-list for method output_type
+	15, // [15:30] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2370,7 +2509,7 @@ func file_pageserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pageserver_proto_rawDesc), len(file_pageserver_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,7 @@ const (
 	PageService_AdvanceCommitLSN_FullMethodName = "/strata.pageserver.v1.PageService/AdvanceCommitLSN"
 	PageService_BeginTerm_FullMethodName        = "/strata.pageserver.v1.PageService/BeginTerm"
 	PageService_GetDurable_FullMethodName       = "/strata.pageserver.v1.PageService/GetDurable"
+	PageService_LeaseLSN_FullMethodName         = "/strata.pageserver.v1.PageService/LeaseLSN"
 )
 
 // PageServiceClient is the client API for PageService service.
@@ -63,6 +64,7 @@ type PageServiceClient interface {
 	AdvanceCommitLSN(ctx context.Context, in *AdvanceCommitLSNRequest, opts ...grpc.CallOption) (*Empty, error)
 	BeginTerm(ctx context.Context, in *BeginTermRequest, opts ...grpc.CallOption) (*BeginTermResponse, error)
 	GetDurable(ctx context.Context, in *GetDurableRequest, opts ...grpc.CallOption) (*PutPagesResponse, error)
+	LeaseLSN(ctx context.Context, in *LeaseLSNRequest, opts ...grpc.CallOption) (*LeaseLSNResponse, error)
 }
 
 type pageServiceClient struct {
@@ -225,6 +227,16 @@ func (c *pageServiceClient) GetDurable(ctx context.Context, in *GetDurableReques
 	return out, nil
 }
 
+func (c *pageServiceClient) LeaseLSN(ctx context.Context, in *LeaseLSNRequest, opts ...grpc.CallOption) (*LeaseLSNResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseLSNResponse)
+	err := c.cc.Invoke(ctx, PageService_LeaseLSN_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PageServiceServer is the server API for PageService service.
 // All implementations must embed UnimplementedPageServiceServer
 // for forward compatibility.
@@ -245,6 +257,7 @@ type PageServiceServer interface {
 	AdvanceCommitLSN(context.Context, *AdvanceCommitLSNRequest) (*Empty, error)
 	BeginTerm(context.Context, *BeginTermRequest) (*BeginTermResponse, error)
 	GetDurable(context.Context, *GetDurableRequest) (*PutPagesResponse, error)
+	LeaseLSN(context.Context, *LeaseLSNRequest) (*LeaseLSNResponse, error)
 	mustEmbedUnimplementedPageServiceServer()
 }
 
@@ -296,6 +309,9 @@ func (UnimplementedPageServiceServer) BeginTerm(context.Context, *BeginTermReque
 }
 func (UnimplementedPageServiceServer) GetDurable(context.Context, *GetDurableRequest) (*PutPagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetDurable not implemented")
+}
+func (UnimplementedPageServiceServer) LeaseLSN(context.Context, *LeaseLSNRequest) (*LeaseLSNResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaseLSN not implemented")
 }
 func (UnimplementedPageServiceServer) mustEmbedUnimplementedPageServiceServer() {}
 func (UnimplementedPageServiceServer) testEmbeddedByValue()                     {}
@@ -552,6 +568,24 @@ func _PageService_GetDurable_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PageService_LeaseLSN_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseLSNRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PageServiceServer).LeaseLSN(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PageService_LeaseLSN_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PageServiceServer).LeaseLSN(ctx, req.(*LeaseLSNRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PageService_ServiceDesc is the grpc.ServiceDesc for PageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -606,6 +640,10 @@ var PageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetDurable",
 			Handler:    _PageService_GetDurable_Handler,
+		},
+		{
+			MethodName: "LeaseLSN",
+			Handler:    _PageService_LeaseLSN_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -408,7 +408,7 @@ func (s *Server) info(tl *timeline.Timeline) *pb.TimelineInfo {
 		Timeline: id[:], LastRecordLsn: uint64(l.LastRecord), CommitLsn: uint64(l.Commit),
 		DurableLsn: uint64(l.Durable), RemoteConsistentLsn: uint64(l.RemoteConsistent),
 		GcCutoff: uint64(l.GCCutoff), Pending: uint32(l.Pending), Layers: uint32(len(tl.Layers())),
-		Incarnation: s.ps.Incarnation(), Term: term,
+		Incarnation: s.ps.Incarnation(), Term: term, Lease: uint64(l.Lease),
 	}
 	if a, at := tl.Ancestor(); a != nil {
 		aid := a.ID()
@@ -472,4 +472,25 @@ func reqLSN(x uint64) pg.LSN {
 		return timeline.LatestLSN
 	}
 	return pg.LSN(x)
+}
+
+// LeaseLSN holds GC of a timeline below an LSN for a while (a restore
+// reading the history at that LSN).
+func (s *Server) LeaseLSN(ctx context.Context, r *pb.LeaseLSNRequest) (*pb.LeaseLSNResponse, error) {
+	tl, err := s.timeline(r.Timeline)
+	if err != nil {
+		return nil, err
+	}
+	end, err := tl.Lease(pg.LSN(r.Lsn), time.Duration(r.TtlMs)*time.Millisecond)
+	if err != nil {
+		if errors.Is(err, timeline.ErrBelowGCCutoff) {
+			return nil, toStatus(err)
+		}
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp := &pb.LeaseLSNResponse{GcCutoff: uint64(tl.LSNs().GCCutoff)}
+	if !end.IsZero() {
+		resp.ExpiresUnixMs = end.UnixMilli()
+	}
+	return resp, nil
 }

@@ -704,16 +704,16 @@ func (t *Timeline) SetRetainLSNs(ls []pg.LSN) {
 	t.mu.Unlock()
 }
 
-// GCCutoff computes the cutoff that retention allows now: below the last
-// record by GCHorizon, older than PITR, and not above any branch point.
-func (t *Timeline) gcCutoffNow() pg.LSN {
+// gcCutoffLocked computes the cutoff that retention allows now: below the last
+// record by GCHorizon, older than PITR, and not above any branch point or
+// leased LSN. It is called under mu, held for writing by whoever raises
+// the cutoff to it: a lease taken meanwhile would not be seen.
+func (t *Timeline) gcCutoffLocked() pg.LSN {
 	last := pg.LSN(t.lastRecord.Load())
 	if uint64(last) <= t.opts.GCHorizon {
-		return 0
+		return t.gcCutoff
 	}
 	c := last - pg.LSN(t.opts.GCHorizon)
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	if t.opts.PITR > 0 {
 		// The newest LSN known to exist by now - pitr: history after it
 		// is kept.
@@ -729,6 +729,11 @@ func (t *Timeline) gcCutoffNow() pg.LSN {
 	for _, r := range t.retain {
 		c = min(c, r)
 	}
+	now := t.d.Now()
+	t.dropEndedLeasesLocked(now)
+	if l := t.oldestLeaseLocked(now); l > 0 {
+		c = min(c, l)
+	}
 	return max(c, t.gcCutoff)
 }
 
@@ -741,13 +746,12 @@ func (t *Timeline) gcCutoffNow() pg.LSN {
 // and once passes rewrite only the changed key ranges, no later pass may
 // rewrite all of its range. It returns the number of layers removed.
 func (t *Timeline) GC(ctx context.Context) (int, error) {
-	cutoff := t.gcCutoffNow()
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
-	t.gcCutoff = max(t.gcCutoff, cutoff)
+	t.gcCutoff = t.gcCutoffLocked()
 	t.gcCut.Store(uint64(t.gcCutoff))
-	cutoff = t.gcCutoff
+	cutoff := t.gcCutoff
 	all := t.layers.All()
 	t.mu.Unlock()
 	var images []*handle

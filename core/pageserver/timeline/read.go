@@ -153,8 +153,8 @@ func newestBase(cs []cand) (pg.LSN, bool) {
 // ErrNotFound. The caller owns the returned slice... but must not modify
 // it: it may be shared with the page cache.
 func (t *Timeline) Get(ctx context.Context, k keyspace.Key, upto pg.LSN) ([]byte, error) {
-	if upto != LatestLSN && upto < t.gcCutoffLSN() {
-		return nil, fmt.Errorf("%w: %s < %s", ErrBelowGCCutoff, upto, t.gcCutoffLSN())
+	if err := t.checkCutoff(upto); err != nil {
+		return nil, err
 	}
 	if d, ok, hit := t.cache.get(k, upto); hit {
 		t.d.Metrics.read(true, 0)
@@ -240,6 +240,17 @@ func (t *Timeline) fill(ctx context.Context, c *cand) error {
 	d, err := c.h.read(ctx, c.e)
 	c.v.Data = d
 	return err
+}
+
+// checkCutoff refuses a read at upto below the GC cutoff: the versions it
+// needs may be gone. A scan of keys checks again when it is done (GC may
+// have passed upto meanwhile, and a scan finds no error of its own, only
+// fewer keys).
+func (t *Timeline) checkCutoff(upto pg.LSN) error {
+	if c := t.gcCutoffLSN(); upto != LatestLSN && upto < c {
+		return fmt.Errorf("%w: %s < %s", ErrBelowGCCutoff, upto, c)
+	}
+	return nil
 }
 
 // gcCutoffLSN takes no lock: it is on every read's path.
@@ -358,8 +369,14 @@ func (t *Timeline) scanWith(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 // costs a few lookups per fork and file, not a visit of every page
 // version (a large database has millions).
 func (t *Timeline) relSizeKeys(ctx context.Context, r keyspace.Range, upto pg.LSN) ([]keyspace.Key, error) {
+	if err := t.checkCutoff(upto); err != nil {
+		return nil, err
+	}
 	set := map[keyspace.Key]bool{}
 	if err := t.scanWith(ctx, r, upto, set, keyspace.Key.IsRelSize, walkRelSizes); err != nil {
+		return nil, err
+	}
+	if err := t.checkCutoff(upto); err != nil {
 		return nil, err
 	}
 	return sortedKeys(set), nil

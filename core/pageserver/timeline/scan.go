@@ -21,7 +21,8 @@ const scanWindowKeys = 1 << 16
 
 // ScanKeys calls fn, in key order, for every key in r that has any version
 // at or below upto (including keys whose newest version is a tombstone).
-// fn runs with no lock or layer held, so it may read the timeline.
+// fn runs with no lock or layer held, so it may read the timeline. An upto
+// below the GC cutoff fails with ErrBelowGCCutoff, as a read there does.
 func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, fn func(keyspace.Key) error) error {
 	limit := t.opts.scanWindow
 	if limit <= 0 {
@@ -33,6 +34,11 @@ func (t *Timeline) ScanKeys(ctx context.Context, r keyspace.Range, upto pg.LSN, 
 		var err error
 		keys, w.End, err = t.windowKeys(ctx, w, upto, limit, keys[:0])
 		if err != nil {
+			return err
+		}
+		// Each window's keys are whole only if GC has not passed upto
+		// by its end (checkCutoff).
+		if err := t.checkCutoff(upto); err != nil {
 			return err
 		}
 		for _, k := range keys {

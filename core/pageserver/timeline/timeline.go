@@ -226,9 +226,10 @@ type Timeline struct {
 	layers      *layermap.Map[*handle]
 	gen         uint64
 	gcCutoff    pg.LSN
-	imageFloor  pg.LSN   // LSN of the newest image layer, made or being made (putLocked)
-	retain      []pg.LSN // branch points of children
-	removed     []string // layer names dropped from the map, still in the last published manifest
+	imageFloor  pg.LSN               // LSN of the newest image layer, made or being made (putLocked)
+	retain      []pg.LSN             // branch points of children
+	leases      map[pg.LSN]time.Time // leased LSN: when its lease ends (Lease)
+	removed     []string             // layer names dropped from the map, still in the last published manifest
 	lsnTimes    []lsnTime
 	fenced      bool
 	closed      bool
@@ -542,6 +543,8 @@ type LSNs struct {
 	RemoteConsistent pg.LSN
 	// GCCutoff: reads and branches below it are refused.
 	GCCutoff pg.LSN
+	// Lease: the lowest LSN a running lease holds GC below (0: none).
+	Lease pg.LSN
 	// Pending: versions waiting for the commit LSN.
 	Pending int
 }
@@ -555,6 +558,7 @@ func (t *Timeline) LSNs() LSNs {
 		Commit:           t.d.Commit.CommitLSN(),
 		RemoteConsistent: pg.LSN(t.remoteLSN.Load()),
 		GCCutoff:         t.gcCutoff,
+		Lease:            t.oldestLeaseLocked(t.d.Now()),
 		Pending:          len(t.pending),
 	}
 	l.Durable = l.LastRecord

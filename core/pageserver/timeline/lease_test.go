@@ -1,0 +1,124 @@
+package timeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/core/pageserver/keyspace"
+	"github.com/stratadb/strata/core/pageserver/layer"
+	"github.com/stratadb/strata/sdk/pg"
+)
+
+// TestLease: GC does not raise the cutoff above a leased LSN while the
+// lease runs, and reads there keep their versions though newer image
+// layers cover the key; once the lease ends (by time or by a lease of
+// length 0) the next GC passes it, and reads and listings there are
+// refused. A lease below the cutoff, or longer than MaxLeaseTTL, is
+// refused.
+func TestLease(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	opts := smallOpts()
+	opts.GCHorizon = 10
+	tl, err := Open(ctx, pg.TimelineID{9}, t.TempDir(), opts, Deps{Log: zerolog.Nop(), Commit: commit, Redo: concatRedo{}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: 16384, Block: 0})
+	write := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			lsn := pg.LSN(100 * i)
+			commit.Set(lsn)
+			if _, err := tl.Put(ctx, []Change{{Key: k, LSN: lsn, Kind: layer.Image, Data: []byte(fmt.Sprintf("v%d", i))}}); err != nil {
+				t.Fatal(err)
+			}
+			if i%5 == 0 {
+				if err := tl.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gc := func() pg.LSN {
+		t.Helper()
+		if _, err := tl.GC(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return tl.LSNs().GCCutoff
+	}
+
+	write(1, 10)
+	end, err := tl.Lease(500, time.Minute)
+	if err != nil || !end.Equal(clock().Add(time.Minute)) {
+		t.Fatalf("lease at 0/1F4: ends %s, %v; want %s", end, err, clock().Add(time.Minute))
+	}
+	// A shorter lease of the same LSN does not shorten it.
+	if end2, err := tl.Lease(500, time.Second); err != nil || !end2.Equal(end) {
+		t.Fatalf("a shorter lease of 0/1F4: ends %s, %v; want %s", end2, err, end)
+	}
+	write(11, 20)
+	if c := gc(); c != 500 {
+		t.Fatalf("cutoff %s with a lease at 0/1F4; want 0/1F4", c)
+	}
+	if l := tl.LSNs().Lease; l != 500 {
+		t.Fatalf("LSNs().Lease = %s, want 0/1F4", l)
+	}
+	if d, err := tl.Get(ctx, k, 500); err != nil || string(d) != "v5" {
+		t.Fatalf("read at the leased LSN: %q, %v; want v5", d, err)
+	}
+	if _, err := tl.Lease(400, time.Minute); !errors.Is(err, ErrBelowGCCutoff) {
+		t.Fatalf("lease below the cutoff: %v, want ErrBelowGCCutoff", err)
+	}
+	if _, err := tl.Lease(600, 2*MaxLeaseTTL); err == nil {
+		t.Fatal("a lease longer than MaxLeaseTTL was taken")
+	}
+
+	// The lease runs out: the next GC passes it.
+	advance(time.Minute)
+	if c := gc(); c != 2000-10 {
+		t.Fatalf("cutoff %s after the lease ended; want %s", c, pg.LSN(2000-10))
+	}
+	if l := tl.LSNs().Lease; l != 0 {
+		t.Fatalf("LSNs().Lease = %s after the lease ended, want none", l)
+	}
+	if _, err := tl.Get(ctx, k, 500); !errors.Is(err, ErrBelowGCCutoff) {
+		t.Fatalf("read at the old lease after GC: %v, want ErrBelowGCCutoff", err)
+	}
+	// Listings there are refused too, not answered with fewer entries.
+	if rels, err := tl.ListRels(ctx, keyspace.RelsRange, 500); !errors.Is(err, ErrBelowGCCutoff) {
+		t.Fatalf("relations at the old lease after GC: %v, %v; want ErrBelowGCCutoff", rels, err)
+	}
+	if files, err := tl.ListFiles(ctx, 500); !errors.Is(err, ErrBelowGCCutoff) {
+		t.Fatalf("files at the old lease after GC: %v, %v; want ErrBelowGCCutoff", files, err)
+	}
+
+	// A lease ended by a lease of length 0.
+	if _, err := tl.Lease(1995, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	write(21, 30)
+	if c := gc(); c != 1995 {
+		t.Fatalf("cutoff %s with a lease at %s", c, pg.LSN(1995))
+	}
+	if end, err := tl.Lease(1995, 0); err != nil || !end.IsZero() {
+		t.Fatalf("ending the lease: %s, %v", end, err)
+	}
+	if c := gc(); c != 3000-10 {
+		t.Fatalf("cutoff %s after the lease was ended; want %s", c, pg.LSN(3000-10))
+	}
+}
