@@ -162,16 +162,18 @@ func TestStorageRetention(t *testing.T) {
 	}
 	t.Logf("%d strata metric families exported, each documented", len(exported))
 
-	restoreAtTheEdge(t, ctx, c, url)
+	restoreAtTheEdge(t, ctx, c, url, "http://127.0.0.1:"+itoa(metrics+3)+"/metrics")
 }
 
 // restoreAtTheEdge: a restore at the oldest moment the history reaches
 // (the GC cutoff), while 80 MB more of writes make GC want to pass it,
 // holds its place with a lease: while it reads, `strata status` shows the
 // lease and a GC cutoff at or below it, though a newer layer was flushed
-// more than pitr (2 s) ago; the copy holds whole transactions (when x
-// comes after filler was made) and passes pg_amcheck. Once the restore ends, GC passes the LSN again.
-func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url string) {
+// more than pitr (2 s) ago, and the pageserver's /metrics (metricsURL)
+// count the lease; the copy holds whole transactions (when x comes after
+// filler was made) and passes pg_amcheck. Once the restore ends, GC
+// passes the LSN again.
+func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url, metricsURL string) {
 	st, err := c.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +187,7 @@ func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url string)
 		t.Fatal(err)
 	}
 	var held *Status
+	var heldMetrics string
 	hook := func(line string) {
 		t.Logf("restore: %s", line)
 		if held != nil || !strings.HasPrefix(line, "WAL from ") {
@@ -216,6 +219,7 @@ func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url string)
 		if held, err = c.Status(ctx); err != nil {
 			t.Fatal(err)
 		}
+		heldMetrics = httpGet(t, ctx, metricsURL)
 	}
 	r, err := c.Restore(ctx, restore.Target{LSN: x}, filepath.Join(root, "edge"), 0, hook)
 	if err != nil {
@@ -230,6 +234,13 @@ func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url string)
 	if held.PageserverLease != x || held.PageserverGCCutoff > x || !strings.Contains(out.String(), "held at "+x.String()+" by a lease") {
 		t.Errorf("while the restore read at %s: lease %s, GC cutoff %s (remote %s, last %s); want the lease at %s and the cutoff at or below it",
 			x, held.PageserverLease, held.PageserverGCCutoff, held.PageserverRemote, held.PageserverLast, x)
+	}
+	tl := held.Timeline
+	if got := metricValue(heldMetrics, `strata_pageserver_leases{timeline="`+tl+`"}`); got != 1 {
+		t.Errorf("strata_pageserver_leases for %s while the restore read: %v, want 1:\n%s", tl, got, grepLines(heldMetrics, "strata_pageserver_leases"))
+	}
+	if got, want := metricValue(heldMetrics, `strata_pageserver_history_bytes{timeline="`+tl+`"}`), float64(held.PageserverLast-held.PageserverGCCutoff); got < want/2 || got > 2*want {
+		t.Errorf("strata_pageserver_history_bytes while the restore read: %v, want about %v (last record %s - cutoff %s)", got, want, held.PageserverLast, held.PageserverGCCutoff)
 	}
 	_, stop := startRestored(t, ctx, r)
 	// x may come before filler was made, or after some of its inserts.
@@ -301,4 +312,17 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// metricValue returns the value of the sample named (with its labels) in
+// a /metrics body, or -1.
+func metricValue(body, sample string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }

@@ -57,6 +57,17 @@ func (t *Timeline) oldestLeaseLocked(now time.Time) pg.LSN {
 	return o
 }
 
+// runningLeasesLocked counts the leases running at now (under mu).
+func (t *Timeline) runningLeasesLocked(now time.Time) int {
+	n := 0
+	for _, end := range t.leases {
+		if end.After(now) {
+			n++
+		}
+	}
+	return n
+}
+
 func (t *Timeline) dropEndedLeasesLocked(now time.Time) {
 	for lsn, end := range t.leases {
 		if !end.After(now) {

@@ -75,8 +75,8 @@ func TestLease(t *testing.T) {
 	if c := gc(); c != 500 {
 		t.Fatalf("cutoff %s with a lease at 0/1F4; want 0/1F4", c)
 	}
-	if l := tl.LSNs().Lease; l != 500 {
-		t.Fatalf("LSNs().Lease = %s, want 0/1F4", l)
+	if l := tl.LSNs(); l.Lease != 500 || l.Leases != 1 {
+		t.Fatalf("LSNs(): lease %s, %d leases; want one, at 0/1F4", l.Lease, l.Leases)
 	}
 	if d, err := tl.Get(ctx, k, 500); err != nil || string(d) != "v5" {
 		t.Fatalf("read at the leased LSN: %q, %v; want v5", d, err)
@@ -93,8 +93,8 @@ func TestLease(t *testing.T) {
 	if c := gc(); c != 2000-10 {
 		t.Fatalf("cutoff %s after the lease ended; want %s", c, pg.LSN(2000-10))
 	}
-	if l := tl.LSNs().Lease; l != 0 {
-		t.Fatalf("LSNs().Lease = %s after the lease ended, want none", l)
+	if l := tl.LSNs(); l.Lease != 0 || l.Leases != 0 {
+		t.Fatalf("LSNs(): lease %s, %d leases after the lease ended; want none", l.Lease, l.Leases)
 	}
 	if _, err := tl.Get(ctx, k, 500); !errors.Is(err, ErrBelowGCCutoff) {
 		t.Fatalf("read at the old lease after GC: %v, want ErrBelowGCCutoff", err)

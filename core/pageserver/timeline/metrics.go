@@ -18,6 +18,8 @@ type Metrics struct {
 	ingestLag     *prometheus.GaugeVec
 	uploadLag     *prometheus.GaugeVec
 	pending       *prometheus.GaugeVec
+	history       *prometheus.GaugeVec
+	leases        *prometheus.GaugeVec
 	flushedBytes  prometheus.Counter
 	uploadedBytes prometheus.Counter
 	downloadBytes prometheus.Counter
@@ -40,11 +42,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		redoDeltas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_pageserver_redo_deltas_per_read",
 			Help:    "WAL records (deltas) applied to rebuild a relation page on an uncached read; 0 when an image answered.",
 			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128}}),
-		layers:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_layers", Help: "Layer files per timeline, kind and level."}, []string{"timeline", "kind", "level"}),
-		lastRecord:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_last_record_lsn", Help: "Highest LSN ingested or put."}, []string{"timeline"}),
-		ingestLag:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_ingest_lag_bytes", Help: "Commit LSN minus last record LSN."}, []string{"timeline"}),
-		uploadLag:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_upload_lag_bytes", Help: "Last record LSN minus remote consistent LSN."}, []string{"timeline"}),
-		pending:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_gate_pending_versions", Help: "Page writes waiting for the commit LSN."}, []string{"timeline"}),
+		layers:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_layers", Help: "Layer files per timeline, kind and level."}, []string{"timeline", "kind", "level"}),
+		lastRecord: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_last_record_lsn", Help: "Highest LSN ingested or put."}, []string{"timeline"}),
+		ingestLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_ingest_lag_bytes", Help: "Commit LSN minus last record LSN."}, []string{"timeline"}),
+		uploadLag:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_upload_lag_bytes", Help: "Last record LSN minus remote consistent LSN."}, []string{"timeline"}),
+		pending:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_gate_pending_versions", Help: "Page writes waiting for the commit LSN."}, []string{"timeline"}),
+		history: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_history_bytes",
+			Help: "Last record LSN minus GC cutoff: the WAL span of page history kept (storage.pitr, storage.gc_horizon, branch points and leases)."}, []string{"timeline"}),
+		leases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strata_pageserver_leases",
+			Help: "Running leases that hold GC below an LSN (restores reading there)."}, []string{"timeline"}),
 		flushedBytes:  prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_flushed_bytes_total", Help: "Bytes written to layer files by flushes."}),
 		uploadedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_uploaded_bytes_total", Help: "Layer bytes uploaded."}),
 		downloadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_pageserver_downloaded_bytes_total", Help: "Layer bytes fetched on demand."}),
@@ -63,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Compute page writes of all zeros (a relation's extension), stored as a marker without their 8 KiB."}),
 	}
 	reg.MustRegister(m.imageBytes, m.imageKept, m.reads, m.cacheHits, m.readAmp, m.redoDeltas, m.layers, m.lastRecord, m.ingestLag, m.uploadLag, m.pending,
-		m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported, m.zeroPages)
+		m.history, m.leases, m.flushedBytes, m.uploadedBytes, m.downloadBytes, m.evictions, m.uploadErrors, m.manifestSaves, m.raisedWrites, m.unsupported, m.zeroPages)
 	return m
 }
 
@@ -136,4 +142,6 @@ func (m *Metrics) observeLayers(t *Timeline) {
 	m.ingestLag.WithLabelValues(id).Set(float64(int64(l.Commit) - int64(l.LastRecord)))
 	m.uploadLag.WithLabelValues(id).Set(float64(int64(l.LastRecord) - int64(l.RemoteConsistent)))
 	m.pending.WithLabelValues(id).Set(float64(l.Pending))
+	m.history.WithLabelValues(id).Set(float64(int64(l.LastRecord) - int64(l.GCCutoff)))
+	m.leases.WithLabelValues(id).Set(float64(l.Leases))
 }

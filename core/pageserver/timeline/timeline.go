@@ -543,8 +543,10 @@ type LSNs struct {
 	RemoteConsistent pg.LSN
 	// GCCutoff: reads and branches below it are refused.
 	GCCutoff pg.LSN
-	// Lease: the lowest LSN a running lease holds GC below (0: none).
-	Lease pg.LSN
+	// Lease: the lowest LSN a running lease holds GC below (0: none);
+	// Leases: how many leases run.
+	Lease  pg.LSN
+	Leases int
 	// Pending: versions waiting for the commit LSN.
 	Pending int
 }
@@ -559,6 +561,7 @@ func (t *Timeline) LSNs() LSNs {
 		RemoteConsistent: pg.LSN(t.remoteLSN.Load()),
 		GCCutoff:         t.gcCutoff,
 		Lease:            t.oldestLeaseLocked(t.d.Now()),
+		Leases:           t.runningLeasesLocked(t.d.Now()),
 		Pending:          len(t.pending),
 	}
 	l.Durable = l.LastRecord
