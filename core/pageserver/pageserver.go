@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -258,9 +259,17 @@ func (p *Pageserver) create(ctx context.Context, id, parent pg.TimelineID, at pg
 		if at == 0 || at == timeline.LatestLSN {
 			at = l.Durable
 		}
-		if at < l.GCCutoff {
-			return nil, fmt.Errorf("%w: branch at %s, parent cutoff %s", timeline.ErrBelowGCCutoff, at, l.GCCutoff)
+		// The check against the parent's GC cutoff is a lease, held until
+		// the branch point is registered (updateRetainLocked): a GC round
+		// cannot pass at in between.
+		holder := "branch " + id.String()
+		if _, err := anc.Lease(at, holder, time.Minute); err != nil {
+			if errors.Is(err, timeline.ErrBelowGCCutoff) {
+				return nil, fmt.Errorf("%w: branch at %s, parent cutoff %s", timeline.ErrBelowGCCutoff, at, anc.LSNs().GCCutoff)
+			}
+			return nil, err
 		}
+		defer anc.Lease(at, holder, 0)
 		// Versions above the durable LSN may still vanish (gated writes
 		// lost in a crash); a branch must not see them.
 		if at > l.Durable {

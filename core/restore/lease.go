@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -29,18 +31,20 @@ const (
 // renewal takes the lease again unless GC passed it meanwhile, and then
 // the reads fail with "too old" as they would have without a lease.
 type lease struct {
-	o    Options
-	tls  []pg.TimelineID
-	mu   sync.Mutex
-	at   pg.LSN // 0 when the pageserver has no leases (an older one)
-	stop chan struct{}
-	done chan struct{}
+	o      Options
+	holder string // this restore's name for its leases
+	tls    []pg.TimelineID
+	mu     sync.Mutex
+	at     pg.LSN // 0 when the pageserver has no leases (an older one)
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // holdHistory leases the history at lsn. The error wraps ErrTooOld when
 // lsn is already below the GC cutoff.
 func holdHistory(ctx context.Context, o Options, lsn pg.LSN) (*lease, error) {
-	l := &lease{o: o, tls: []pg.TimelineID{o.Timeline}, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &lease{o: o, tls: []pg.TimelineID{o.Timeline}, stop: make(chan struct{}), done: make(chan struct{}),
+		holder: fmt.Sprintf("restore pid %d %x", os.Getpid(), rand.Uint32())}
 	if o.FilesTimeline != o.Timeline {
 		l.tls = append(l.tls, o.FilesTimeline)
 	}
@@ -62,7 +66,7 @@ func holdHistory(ctx context.Context, o Options, lsn pg.LSN) (*lease, error) {
 // does not know the call.
 func (l *lease) take(ctx context.Context, lsn pg.LSN) (bool, error) {
 	for _, tl := range l.tls {
-		_, err := l.o.Pageserver.LeaseLSN(ctx, tl, lsn, leaseTTL)
+		_, err := l.o.Pageserver.LeaseLSN(ctx, tl, lsn, l.holder, leaseTTL)
 		switch {
 		case err == nil:
 		case status.Code(err) == codes.Unimplemented:
@@ -95,7 +99,7 @@ func (l *lease) move(ctx context.Context, lsn pg.LSN) error {
 
 func (l *lease) end(ctx context.Context, lsn pg.LSN) {
 	for _, tl := range l.tls {
-		if _, err := l.o.Pageserver.LeaseLSN(ctx, tl, lsn, 0); err != nil {
+		if _, err := l.o.Pageserver.LeaseLSN(ctx, tl, lsn, l.holder, 0); err != nil {
 			l.o.Log.Warn().Err(err).Stringer("lsn", lsn).Msg("ending a lease (it runs out by itself)")
 		}
 	}

@@ -635,11 +635,12 @@ func (c *Client) AdvanceCommitLSN(ctx context.Context, id pg.TimelineID, lsn pg.
 
 // LeaseLSN keeps the history that reads at lsn on timeline id need for
 // ttl (at most timeline.MaxLeaseTTL): the pageserver's GC does not pass
-// lsn meanwhile. It returns when the lease ends; renew it before then.
-// ttl 0 ends the lease. An lsn below the GC cutoff fails with
+// lsn meanwhile. holder names the lease (one per reader: only its holder
+// renews or ends it). It returns when the lease ends; renew it before
+// then. ttl 0 ends the lease. An lsn below the GC cutoff fails with
 // timeline.ErrBelowGCCutoff.
-func (c *Client) LeaseLSN(ctx context.Context, id pg.TimelineID, lsn pg.LSN, ttl time.Duration) (time.Time, error) {
-	r, err := c.rpc.LeaseLSN(ctx, &pb.LeaseLSNRequest{Timeline: id[:], Lsn: uint64(lsn), TtlMs: uint32(ttl.Milliseconds())})
+func (c *Client) LeaseLSN(ctx context.Context, id pg.TimelineID, lsn pg.LSN, holder string, ttl time.Duration) (time.Time, error) {
+	r, err := c.rpc.LeaseLSN(ctx, &pb.LeaseLSNRequest{Timeline: id[:], Lsn: uint64(lsn), Holder: holder, TtlMs: uint32(ttl.Milliseconds())})
 	if err != nil {
 		return time.Time{}, fromStatus(err)
 	}

@@ -256,29 +256,29 @@ func TestLeaseLSN(t *testing.T) {
 		}
 		return infos[0].LSNs.Lease
 	}
-	end, err := c.LeaseLSN(ctx, tl, 0x5000, time.Minute)
+	end, err := c.LeaseLSN(ctx, tl, 0x5000, "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Until(end); d < 50*time.Second || d > 70*time.Second {
 		t.Fatalf("a lease of a minute ends in %s", d)
 	}
-	if _, err := c.LeaseLSN(ctx, tl, 0x3000, time.Minute); err != nil {
+	if _, err := c.LeaseLSN(ctx, tl, 0x3000, "test", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if l := lease(); l != 0x3000 {
 		t.Fatalf("lease %s, want the lower of 0/3000 and 0/5000", l)
 	}
-	if end, err := c.LeaseLSN(ctx, tl, 0x3000, 0); err != nil || !end.IsZero() {
+	if end, err := c.LeaseLSN(ctx, tl, 0x3000, "test", 0); err != nil || !end.IsZero() {
 		t.Fatalf("ending a lease: %s, %v", end, err)
 	}
 	if l := lease(); l != 0x5000 {
 		t.Fatalf("lease %s after 0/3000 ended, want 0/5000", l)
 	}
-	if _, err := c.LeaseLSN(ctx, tl, 0x5000, 2*timeline.MaxLeaseTTL); err == nil || !strings.Contains(err.Error(), "lease length") {
+	if _, err := c.LeaseLSN(ctx, tl, 0x5000, "test", 2*timeline.MaxLeaseTTL); err == nil || !strings.Contains(err.Error(), "lease length") {
 		t.Fatalf("a lease of two hours: %v, want a refusal that names the lease length", err)
 	}
-	if _, err := c.LeaseLSN(ctx, pg.TimelineID{0xBB}, 0x5000, time.Minute); !errors.Is(err, pageserver.ErrNoTimeline) {
+	if _, err := c.LeaseLSN(ctx, pg.TimelineID{0xBB}, 0x5000, "test", time.Minute); !errors.Is(err, pageserver.ErrNoTimeline) {
 		t.Fatalf("a lease on an unknown timeline: %v, want ErrNoTimeline", err)
 	}
 }

@@ -2092,12 +2092,14 @@ func (x *GetDurableRequest) GetTimeline() []byte {
 // LeaseLSNRequest: keep the history that reads at lsn need for ttl_ms
 // (at most an hour): GC does not raise the timeline's cutoff above lsn
 // meanwhile. A reader renews its lease before it ends; ttl_ms 0 ends it.
+// holder names the lease's holder: only it renews or ends that lease.
 // An lsn below the cutoff is refused with OUT_OF_RANGE.
 type LeaseLSNRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Timeline      []byte                 `protobuf:"bytes,1,opt,name=timeline,proto3" json:"timeline,omitempty"`
 	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	TtlMs         uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Holder        string                 `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2151,6 +2153,13 @@ func (x *LeaseLSNRequest) GetTtlMs() uint32 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *LeaseLSNRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
 }
 
 type LeaseLSNResponse struct {
@@ -2359,11 +2368,12 @@ const file_pageserver_proto_rawDesc = "" +
 	"durableLsn\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"/\n" +
 	"\x11GetDurableRequest\x12\x1a\n" +
-	"\btimeline\x18\x01 \x01(\fR\btimeline\"V\n" +
+	"\btimeline\x18\x01 \x01(\fR\btimeline\"n\n" +
 	"\x0fLeaseLSNRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"W\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"W\n" +
 	"\x10LeaseLSNResponse\x12&\n" +
 	"\x0fexpires_unix_ms\x18\x01 \x01(\x03R\rexpiresUnixMs\x12\x1b\n" +
 	"\tgc_cutoff\x18\x02 \x01(\x04R\bgcCutoff*O\n" +

@@ -481,7 +481,7 @@ func (s *Server) LeaseLSN(ctx context.Context, r *pb.LeaseLSNRequest) (*pb.Lease
 	if err != nil {
 		return nil, err
 	}
-	end, err := tl.Lease(pg.LSN(r.Lsn), time.Duration(r.TtlMs)*time.Millisecond)
+	end, err := tl.Lease(pg.LSN(r.Lsn), r.Holder, time.Duration(r.TtlMs)*time.Millisecond)
 	if err != nil {
 		if errors.Is(err, timeline.ErrBelowGCCutoff) {
 			return nil, toStatus(err)

@@ -11,16 +11,24 @@ import (
 // off) holds GC back at most this long.
 const MaxLeaseTTL = time.Hour
 
+// leaseKey names a lease: a holder's lease of an LSN.
+type leaseKey struct {
+	lsn    pg.LSN
+	holder string
+}
+
 // Lease keeps the history that reads at lsn need until the lease ends: GC
-// does not raise the cutoff above a leased LSN while its lease runs. A
-// lease of an LSN already leased runs until the later of the two ends;
-// ttl 0 ends it now. Leasing an LSN below the cutoff fails with
-// ErrBelowGCCutoff (that history may be gone). Leases live in memory:
-// a restarted pageserver has none, and a reader renews its lease well
-// before it ends (a restore renews every few seconds).
+// does not raise the cutoff above a leased LSN while its lease runs.
+// holder names who holds it (a restore, a branch being made): a lease is
+// renewed, and ended, only by its holder, so two restores at one LSN do
+// not end each other's. A renewal runs until the later of the two ends;
+// ttl 0 ends the holder's lease now. Leasing an LSN below the cutoff
+// fails with ErrBelowGCCutoff (that history may be gone). Leases live in
+// memory: a restarted pageserver has none, and a reader renews its lease
+// well before it ends (a restore renews every 15 s).
 //
 // It returns when the lease ends (zero when it was ended).
-func (t *Timeline) Lease(lsn pg.LSN, ttl time.Duration) (time.Time, error) {
+func (t *Timeline) Lease(lsn pg.LSN, holder string, ttl time.Duration) (time.Time, error) {
 	if ttl < 0 || ttl > MaxLeaseTTL {
 		return time.Time{}, fmt.Errorf("timeline: lease of %s for %s: the lease length must be between 0 and %s", lsn, ttl, MaxLeaseTTL)
 	}
@@ -28,8 +36,9 @@ func (t *Timeline) Lease(lsn pg.LSN, ttl time.Duration) (time.Time, error) {
 	defer t.mu.Unlock()
 	now := t.d.Now()
 	t.dropEndedLeasesLocked(now)
+	k := leaseKey{lsn, holder}
 	if ttl == 0 {
-		delete(t.leases, lsn)
+		delete(t.leases, k)
 		return time.Time{}, nil
 	}
 	if lsn < t.gcCutoff {
@@ -37,21 +46,21 @@ func (t *Timeline) Lease(lsn pg.LSN, ttl time.Duration) (time.Time, error) {
 	}
 	end := now.Add(ttl)
 	if t.leases == nil {
-		t.leases = map[pg.LSN]time.Time{}
+		t.leases = map[leaseKey]time.Time{}
 	}
-	if e, ok := t.leases[lsn]; !ok || e.Before(end) {
-		t.leases[lsn] = end
+	if e, ok := t.leases[k]; !ok || e.Before(end) {
+		t.leases[k] = end
 	}
-	return t.leases[lsn], nil
+	return t.leases[k], nil
 }
 
 // oldestLeaseLocked returns the lowest LSN a lease running at now holds,
 // or 0. It is called under mu (either way).
 func (t *Timeline) oldestLeaseLocked(now time.Time) pg.LSN {
 	var o pg.LSN
-	for lsn, end := range t.leases {
-		if end.After(now) && (o == 0 || lsn < o) {
-			o = lsn
+	for k, end := range t.leases {
+		if end.After(now) && (o == 0 || k.lsn < o) {
+			o = k.lsn
 		}
 	}
 	return o
@@ -69,9 +78,9 @@ func (t *Timeline) runningLeasesLocked(now time.Time) int {
 }
 
 func (t *Timeline) dropEndedLeasesLocked(now time.Time) {
-	for lsn, end := range t.leases {
+	for k, end := range t.leases {
 		if !end.After(now) {
-			delete(t.leases, lsn)
+			delete(t.leases, k)
 		}
 	}
 }

@@ -18,9 +18,9 @@ import (
 // TestLease: GC does not raise the cutoff above a leased LSN while the
 // lease runs, and reads there keep their versions though newer image
 // layers cover the key; once the lease ends (by time or by a lease of
-// length 0) the next GC passes it, and reads and listings there are
-// refused. A lease below the cutoff, or longer than MaxLeaseTTL, is
-// refused.
+// length 0, which ends only its holder's lease) the next GC passes it,
+// and reads and listings there are refused. A lease below the cutoff, or
+// longer than MaxLeaseTTL, is refused.
 func TestLease(t *testing.T) {
 	ctx := context.Background()
 	commit := &CommitLSN{}
@@ -63,13 +63,23 @@ func TestLease(t *testing.T) {
 	}
 
 	write(1, 10)
-	end, err := tl.Lease(500, time.Minute)
+	end, err := tl.Lease(500, "r1", time.Minute)
 	if err != nil || !end.Equal(clock().Add(time.Minute)) {
 		t.Fatalf("lease at 0/1F4: ends %s, %v; want %s", end, err, clock().Add(time.Minute))
 	}
 	// A shorter lease of the same LSN does not shorten it.
-	if end2, err := tl.Lease(500, time.Second); err != nil || !end2.Equal(end) {
+	if end2, err := tl.Lease(500, "r1", time.Second); err != nil || !end2.Equal(end) {
 		t.Fatalf("a shorter lease of 0/1F4: ends %s, %v; want %s", end2, err, end)
+	}
+	// A second holder of the same LSN ends its own lease only.
+	if _, err := tl.Lease(500, "r2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if l := tl.LSNs(); l.Leases != 2 {
+		t.Fatalf("%d leases, want r1's and r2's", l.Leases)
+	}
+	if _, err := tl.Lease(500, "r2", 0); err != nil {
+		t.Fatal(err)
 	}
 	write(11, 20)
 	if c := gc(); c != 500 {
@@ -81,10 +91,10 @@ func TestLease(t *testing.T) {
 	if d, err := tl.Get(ctx, k, 500); err != nil || string(d) != "v5" {
 		t.Fatalf("read at the leased LSN: %q, %v; want v5", d, err)
 	}
-	if _, err := tl.Lease(400, time.Minute); !errors.Is(err, ErrBelowGCCutoff) {
+	if _, err := tl.Lease(400, "r1", time.Minute); !errors.Is(err, ErrBelowGCCutoff) {
 		t.Fatalf("lease below the cutoff: %v, want ErrBelowGCCutoff", err)
 	}
-	if _, err := tl.Lease(600, 2*MaxLeaseTTL); err == nil {
+	if _, err := tl.Lease(600, "r1", 2*MaxLeaseTTL); err == nil {
 		t.Fatal("a lease longer than MaxLeaseTTL was taken")
 	}
 
@@ -108,14 +118,14 @@ func TestLease(t *testing.T) {
 	}
 
 	// A lease ended by a lease of length 0.
-	if _, err := tl.Lease(1995, time.Hour); err != nil {
+	if _, err := tl.Lease(1995, "r1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	write(21, 30)
 	if c := gc(); c != 1995 {
 		t.Fatalf("cutoff %s with a lease at %s", c, pg.LSN(1995))
 	}
-	if end, err := tl.Lease(1995, 0); err != nil || !end.IsZero() {
+	if end, err := tl.Lease(1995, "r1", 0); err != nil || !end.IsZero() {
 		t.Fatalf("ending the lease: %s, %v", end, err)
 	}
 	if c := gc(); c != 3000-10 {

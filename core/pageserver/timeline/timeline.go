@@ -226,10 +226,10 @@ type Timeline struct {
 	layers      *layermap.Map[*handle]
 	gen         uint64
 	gcCutoff    pg.LSN
-	imageFloor  pg.LSN               // LSN of the newest image layer, made or being made (putLocked)
-	retain      []pg.LSN             // branch points of children
-	leases      map[pg.LSN]time.Time // leased LSN: when its lease ends (Lease)
-	removed     []string             // layer names dropped from the map, still in the last published manifest
+	imageFloor  pg.LSN                 // LSN of the newest image layer, made or being made (putLocked)
+	retain      []pg.LSN               // branch points of children
+	leases      map[leaseKey]time.Time // when each lease ends (Lease)
+	removed     []string               // layer names dropped from the map, still in the last published manifest
 	lsnTimes    []lsnTime
 	fenced      bool
 	closed      bool
