@@ -30,7 +30,7 @@ func newComputeCmd(a *app) *cobra.Command {
 		safekeepers                                                                                []string
 		port                                                                                       int
 		feedCommit, noArchive, debug, restartOnCrash                                               bool
-		readyFile                                                                                  string
+		readyFile, importFrom                                                                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "compute",
@@ -39,7 +39,8 @@ func newComputeCmd(a *app) *cobra.Command {
 filesystem served by the pageserver timeline (with the cache tiers of
 compute.cache), refills local pg_wal from the safekeepers, and starts Postgres
 as compute.os_user; on an empty timeline it runs initdb first (on local
-scratch, then copies its output into the mount).
+scratch, then copies its output into the mount), or with --import-from copies
+a stopped PostgreSQL 15 data directory into the mount instead.
 With storage.page_source: redo, relation page writes stay in a local page
 store (compute.redo_store_pages) and evicted pages are read back from the
 redo timeline (--timeline), which the pageserver rebuilds from the WAL the
@@ -76,7 +77,7 @@ safekeepers' replication role, created or updated at every start).`,
 					if err := fusefs.MountpointCleanup(mountpoint); err != nil {
 						log.Error().Err(err).Int("pid", pid).Str("mountpoint", mountpoint).Msg("releasing the killed agent's FUSE mount")
 					}
-				}, log)
+				}, log, "import-from") // an agent started again never imports: the cluster holds its data
 			}
 			tl, err := pg.ParseTimelineID(timeline)
 			if err != nil {
@@ -119,7 +120,7 @@ safekeepers' replication role, created or updated at every start).`,
 					Prewarm: full.Compute.Cache.Prewarm, PrewarmInterval: full.Compute.Cache.PrewarmInterval},
 				PageSource: full.Storage.PageSource, FilesTimeline: filesTL, RedoStorePages: full.Compute.RedoStorePages,
 				ReadAhead:  full.Compute.ReadAhead,
-				FeedCommit: feedCommit, Debug: debug, Log: log, Registry: reg,
+				FeedCommit: feedCommit, Debug: debug, Log: log, Registry: reg, ImportFrom: importFrom,
 				ArchivePrefix: "wal",
 			}
 			if cfg.ReplPassword == "" {
@@ -187,6 +188,7 @@ safekeepers' replication role, created or updated at every start).`,
 	f.BoolVar(&feedCommit, "feed-commit", false, "advance the pageserver's commit LSN from the safekeepers (for a pageserver that does not follow them)")
 	f.BoolVar(&noArchive, "no-archive", false, "refill pg_wal from the safekeepers only, not from the object store's WAL archive")
 	f.BoolVar(&debug, "debug-fuse", false, "log every FUSE request")
+	f.StringVar(&importFrom, "import-from", "", "a new cluster: start from this stopped PostgreSQL 15 data directory (read only) instead of initdb")
 	f.StringVar(&readyFile, "ready-file", "", "write this file once Postgres accepts connections")
 	f.BoolVar(&restartOnCrash, restartOnCrashFlag, false, "run the agent as a child process and start it again when it dies (kill -9, a crash) after it was ready once; killing this process kills the agent")
 	for _, req := range []string{"timeline", "safekeepers", "mountpoint", "scratch"} {

@@ -24,20 +24,18 @@ const restartOnCrashFlag = "restart-on-crash"
 // exitConfig) is final; a panic (the Go runtime's exit status 2) is a
 // crash like any other. stuck, when not nil, releases a child that was
 // killed but cannot finish exiting (supervise.Options.Stuck).
-func superviseSelf(ctx context.Context, name, readyFile string, stuck func(pid int), log zerolog.Logger) error {
+func superviseSelf(ctx context.Context, name, readyFile string, stuck func(pid int), log zerolog.Logger, firstOnly ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	var args []string
-	for _, arg := range os.Args[1:] {
-		if arg == "--"+restartOnCrashFlag || strings.HasPrefix(arg, "--"+restartOnCrashFlag+"=") {
-			continue
-		}
-		args = append(args, arg)
+	args := withoutFlag(os.Args[1:], restartOnCrashFlag, false)
+	restartArgs := args
+	for _, f := range firstOnly {
+		restartArgs = withoutFlag(restartArgs, f, true)
 	}
 	o := supervise.Options{
-		Path: self, Args: args, Stdout: os.Stdout, Stderr: os.Stderr,
+		Path: self, Args: args, RestartArgs: restartArgs, Stdout: os.Stdout, Stderr: os.Stderr,
 		Name: name, Final: []int{exitConfig}, Log: log,
 		Started: func(pid int) { log.Info().Int("pid", pid).Msg(name + " started") },
 		Stuck:   stuck,
@@ -52,4 +50,24 @@ func superviseSelf(ctx context.Context, name, readyFile string, stuck func(pid i
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	}
 	return err
+}
+
+// withoutFlag returns args without the flag --name (and its value, the
+// next argument, when it takes one and is not given as --name=value).
+func withoutFlag(args []string, name string, takesValue bool) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "--"+name+"=") {
+			continue
+		}
+		if a == "--"+name {
+			if takesValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -30,7 +31,8 @@ func (a *app) cluster() (*cluster.Cluster, error) {
 func progressLine(s string) { fmt.Fprintln(os.Stderr, "strata:", s) }
 
 func newUpCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var importDir string
+	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start the whole cluster on this machine and print its connection string",
 		Long: `Start the cluster that the config describes on this machine (the embedded
@@ -40,14 +42,35 @@ two of the safekeepers; state under ./.strata), wait until Postgres accepts
 connections and a quorum of safekeepers streams from it, print the postgres://
 connection string on a line of its own on standard output, and return. The cluster
 runs in the background until 'strata down'. Running 'strata up' again on a running
-cluster prints the string again. Needs root (the FUSE mount).`,
+cluster prints the string again. Needs root (the FUSE mount).
+
+With --import DIR a new cluster starts from DIR instead of initdb: a stopped
+PostgreSQL 15 data directory, such as a copy that 'strata restore' wrote (a
+new cluster from an earlier moment of another) or any cleanly stopped
+server's folder (moving a database onto strata). DIR is only read. The new
+cluster needs a cluster.data_dir of its own; it may share the object store
+of the cluster DIR came from (it gets a system identifier of its own, under
+which its WAL is archived). Its superuser gets the new cluster's password;
+the roles and data are DIR's. A cluster that holds data already refuses
+--import; after the first start, start it without --import.`,
+		Example: `  strata up
+  strata restore --at "2026-12-06 13:40:00" --to /var/lib/strata-restore
+  STRATA_CLUSTER_DATA_DIR=/var/lib/strata-b STRATA_COMPUTE_PORT=26432 \
+    STRATA_CLUSTER_SAFEKEEPER_PORT=8676 STRATA_CLUSTER_METRICS_PORT=10676 \
+    strata up --import /var/lib/strata-restore`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.cluster()
 			if err != nil {
 				return err
 			}
-			url, err := c.Up(cmd.Context(), progressLine)
+			up := c.Up
+			if importDir != "" {
+				up = func(ctx context.Context, progress func(string)) (string, error) {
+					return c.Import(ctx, importDir, progress)
+				}
+			}
+			url, err := up(cmd.Context(), progressLine)
 			if err != nil {
 				return err
 			}
@@ -55,6 +78,8 @@ cluster prints the string again. Needs root (the FUSE mount).`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&importDir, "import", "", "a new cluster: start from this stopped PostgreSQL 15 data directory (read only) instead of initdb")
+	return cmd
 }
 
 func newDownCmd(a *app) *cobra.Command {

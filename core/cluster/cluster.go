@@ -259,6 +259,31 @@ func (c *Cluster) ComputeMetricsAddr() string { return c.metricsAddr(c.cfg.Clust
 // processes run without a state file is refused (strata down stops them).
 // Ups and downs of one folder take turns (lock).
 func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error) {
+	return c.up(ctx, "", progress)
+}
+
+// Import is Up for a new cluster that starts from dir, a stopped
+// PostgreSQL 15 data directory (a `strata restore` copy, or any cleanly
+// stopped server's folder), instead of initdb. dir is only read; the new
+// cluster gets a system identifier and a superuser password of its own.
+// A cluster that holds data already refuses it (its compute says so).
+func (c *Cluster) Import(ctx context.Context, dir string, progress func(string)) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if st, ok := c.Running(); ok {
+		return "", fmt.Errorf("cluster: import: the cluster in %s is running (started %s): an import makes a new cluster: give a new cluster.data_dir", c.absDataDir(), st.Started)
+	}
+	ctl, err := agent.CheckImport(abs, nil)
+	if err != nil {
+		return "", err
+	}
+	progress(fmt.Sprintf("importing %s (system %d, checkpoint %s) instead of initdb", abs, ctl.SystemID, ctl.Checkpoint))
+	return c.up(ctx, abs, progress)
+}
+
+func (c *Cluster) up(ctx context.Context, importDir string, progress func(string)) (string, error) {
 	if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 		return "", err
 	}
@@ -371,7 +396,7 @@ func (c *Cluster) Up(ctx context.Context, progress func(string)) (string, error)
 	if err := c.waitPageserver(psCtx, ps); err != nil {
 		return fail(err)
 	}
-	cp, err := c.startCompute(tl, filesTL, pgPW, replPW)
+	cp, err := c.startCompute(tl, filesTL, pgPW, replPW, importDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -484,7 +509,7 @@ func (c *Cluster) computeDir() string { return filepath.Join(c.dataDir, "compute
 
 func (c *Cluster) readyFile() string { return filepath.Join(c.computeDir(), "ready") }
 
-func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (Proc, error) {
+func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW, importDir string) (Proc, error) {
 	dir := c.computeDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Proc{}, err
@@ -512,6 +537,9 @@ func (c *Cluster) startCompute(tl, filesTL pg.TimelineID, pgPW, replPW string) (
 	}
 	if !c.pageserverFollowsSafekeepers() {
 		args = append(args, "--feed-commit")
+	}
+	if importDir != "" {
+		args = append(args, "--import-from", importDir)
 	}
 	if c.cfg.Path != "" {
 		args = append([]string{"--config", c.cfg.Path}, args...)

@@ -201,20 +201,56 @@ func (s *Server) InitDB(ctx context.Context, password string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("postgres: initdb %s: %v\n%s", s.DataDir, err, out)
 	}
-	hba := "local all all trust\n" +
-		"local replication all trust\n" +
-		"host all all 127.0.0.1/32 scram-sha-256\n" +
-		"host replication all 127.0.0.1/32 scram-sha-256\n"
 	if err := s.writeOwned(filepath.Join(s.DataDir, "pg_hba.conf"), hba); err != nil {
 		return err
 	}
+	return s.includeConf()
+}
+
+// hba is strata's pg_hba.conf: trust on the Unix socket, which only the
+// OS user reaches; passwords over TCP.
+const hba = "local all all trust\n" +
+	"local replication all trust\n" +
+	"host all all 127.0.0.1/32 scram-sha-256\n" +
+	"host replication all 127.0.0.1/32 scram-sha-256\n"
+
+// includeLine is what postgresql.conf gets so that strata.conf applies.
+var includeLine = fmt.Sprintf("include_if_exists = '%s'", ConfFile)
+
+func (s *Server) includeConf() error {
 	f, err := os.OpenFile(filepath.Join(s.DataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	_, err = fmt.Fprintf(f, "\n# Settings managed by strata.\ninclude_if_exists = '%s'\n", ConfFile)
+	_, err = fmt.Fprintf(f, "\n# Settings managed by strata.\n%s\n", includeLine)
 	return err
+}
+
+// Adopt makes a data directory that strata did not initdb (an imported
+// one) take strata's settings as one it made does: strata's pg_hba.conf
+// (the folder's own is kept as pg_hba.conf.imported) and the include of
+// strata.conf at the end of postgresql.conf, unless its last line is
+// that include already.
+func (s *Server) Adopt() error {
+	path := filepath.Join(s.DataDir, "pg_hba.conf")
+	if old, err := os.ReadFile(path); err == nil && string(old) != hba {
+		if err := s.writeOwned(path+".imported", string(old)); err != nil {
+			return err
+		}
+	}
+	if err := s.writeOwned(path, hba); err != nil {
+		return err
+	}
+	conf, err := os.ReadFile(filepath.Join(s.DataDir, "postgresql.conf"))
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(conf)), "\n")
+	if strings.TrimSpace(lines[len(lines)-1]) == includeLine {
+		return nil
+	}
+	return s.includeConf()
 }
 
 func (s *Server) writeOwned(path, text string) error {

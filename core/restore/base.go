@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/compute/relpath"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/pageserver/client"
@@ -56,6 +57,15 @@ func writeBase(ctx context.Context, o Options, x pg.LSN, progress func(string)) 
 		data, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, f.Path, x)
 		if err != nil {
 			return res, fmt.Errorf("restore: %s at %s: %w", f.Path, x, err)
+		}
+		if f.Path == psbackend.DirsFile {
+			// strata's record of the folders (empty ones too) and their
+			// modes: the folders are made, the record is not a file of
+			// a stock data directory.
+			if err := makeDirs(o.Dir, data); err != nil {
+				return res, err
+			}
+			continue
 		}
 		p := filepath.Join(o.Dir, filepath.FromSlash(f.Path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -211,6 +221,32 @@ func writeRel(ctx context.Context, o Options, x pg.LSN, r pg.RelTag, n uint32, d
 // WAL in the copy for ever), recovery signals, and files that die with a
 // server (not stored by the compute, but a copy made otherwise may have
 // them).
+// makeDirs makes the folders that psbackend.DirsFile (data) lists under
+// dir, with their modes, but those skipFile leaves out (a replication
+// slot's folder without its state file would stop Postgres).
+func makeDirs(dir string, data []byte) error {
+	dirs, err := psbackend.DecodeDirs(data)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	for p, mode := range dirs {
+		if skipFile(p) || strings.HasPrefix(p, "/") || strings.Contains(p, "..") {
+			continue
+		}
+		if mode&0o777 == 0 {
+			mode = 0o700
+		}
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(full, 0o700); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		if err := os.Chmod(full, os.FileMode(mode&0o777)); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+	}
+	return nil
+}
+
 func skipFile(p string) bool {
 	switch {
 	case strings.HasPrefix(p, "pg_replslot/"), strings.HasPrefix(p, "pg_wal/"), p == "pg_wal":

@@ -228,6 +228,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		}
 		o.Progress(fmt.Sprintf("%s is WAL position %s", o.At, x))
 	}
+	if x > end && x-end <= endWaitBytes && o.End == 0 {
+		// A position just written (pg_current_wal_lsn() a moment ago)
+		// reaches the pageserver's commit LSN within moments.
+		if end, err = waitEnd(ctx, o, x); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case x < oldest:
 		return nil, fmt.Errorf("%w: %s is older than the page history the pageserver keeps for this cluster, which starts at %s (storage.pitr and storage.gc_horizon say how far back it reaches)", ErrTooOld, x, oldest)
@@ -378,6 +385,31 @@ func history(ctx context.Context, o Options) (oldest, end pg.LSN, err error) {
 	// page header: nothing can be restored below it.
 	oldest = max(oldest, pg.LSN(40))
 	return oldest, end, nil
+}
+
+// endWait is how long a restore waits for the newest durable WAL to
+// reach its target before it says the target is too new.
+const endWait = 10 * time.Second
+
+// endWaitBytes: a target further past the newest durable WAL than this
+// is refused at once.
+const endWaitBytes = 64 << 20
+
+// waitEnd waits up to endWait until the newest durable WAL that history
+// reports reaches x, and returns it (below x when it did not).
+func waitEnd(ctx context.Context, o Options, x pg.LSN) (pg.LSN, error) {
+	deadline := time.Now().Add(endWait)
+	for {
+		_, end, err := history(ctx, o)
+		if err != nil || end >= x || time.Now().After(deadline) {
+			return end, err
+		}
+		select {
+		case <-ctx.Done():
+			return end, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // holdOldest returns history's LSNs with a lease on the oldest. GC may

@@ -41,6 +41,10 @@ type Options struct {
 	// Path and Args are the child's program and arguments (without argv[0]).
 	Path string
 	Args []string
+	// RestartArgs, when set, are the arguments of every start after the
+	// first (a first start may do what a restart must not, such as an
+	// import into a new cluster).
+	RestartArgs []string
 	// Env is the child's environment (nil: the supervisor's).
 	Env []string
 	// Stdout and Stderr receive the child's output (nil: discarded).
@@ -137,7 +141,11 @@ func Run(ctx context.Context, o Options) error {
 		if o.Reset != nil {
 			o.Reset()
 		}
-		cmd := exec.Command(o.Path, o.Args...)
+		args := o.Args
+		if restarts > 0 && o.RestartArgs != nil {
+			args = o.RestartArgs
+		}
+		cmd := exec.Command(o.Path, args...)
 		cmd.Env = o.Env
 		cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

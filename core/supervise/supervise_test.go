@@ -18,7 +18,7 @@ import (
 )
 
 // The test binary is its own child: with SUPERVISE_CHILD set, TestMain
-// appends a line to SUPERVISE_LOG and then does what SUPERVISE_CHILD says,
+// appends a line (its PID and arguments) to SUPERVISE_LOG and then does what SUPERVISE_CHILD says,
 // reading the run number from the log's length.
 //
 //	"crash-then-0:N" runs N times killing itself (SIGKILL) after a little
@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		os.Exit(99)
 	}
-	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	f.WriteString(strconv.Itoa(os.Getpid()) + " " + strings.Join(os.Args[1:], " ") + "\n")
 	f.Close()
 	b, _ := os.ReadFile(logPath)
 	run := strings.Count(string(b), "\n")
@@ -127,6 +127,30 @@ func TestRestartsAfterCrash(t *testing.T) {
 	}
 	if n := runs(t, logPath); n != 4 || len(*pids) != 4 {
 		t.Fatalf("%d runs, %d starts: want 4 (three crashes, then status 0)", n, len(*pids))
+	}
+}
+
+// TestRestartArgs: a child started again gets RestartArgs, the first
+// start Args.
+func TestRestartArgs(t *testing.T) {
+	o, logPath, _ := opts(t, "crash-then-0:2")
+	o.Args = []string{"-test.run=^$", "--import-from", "/somewhere"}
+	o.RestartArgs = []string{"-test.run=^$"}
+	if err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d runs, want 3:\n%s", len(lines), b)
+	}
+	for i, l := range lines {
+		if got, want := strings.Contains(l, "--import-from /somewhere"), i == 0; got != want {
+			t.Errorf("run %d: %q: with the first start's arguments: %v, want %v", i+1, l, got, want)
+		}
 	}
 }
 
@@ -212,7 +236,9 @@ func TestChildDiesWithSupervisor(t *testing.T) {
 			t.Fatal("the child never started")
 		}
 		if b, err := os.ReadFile(logPath); err == nil {
-			child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				child, _ = strconv.Atoi(f[0])
+			}
 		}
 	}
 	if err := cmd.Process.Kill(); err != nil {

@@ -33,10 +33,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,8 +96,13 @@ type Config struct {
 	// OSUser runs Postgres (default postgres); PGBinDir holds its programs.
 	OSUser   string
 	PGBinDir string
-	// Password is the superuser postgres' password, set by initdb.
+	// Password is the superuser postgres' password, set by initdb (or,
+	// for an imported folder, at its first start).
 	Password string
+	// ImportFrom, for a new cluster, is a stopped PostgreSQL 15 data
+	// directory to start from instead of initdb (import.go). A cluster
+	// that holds files already refuses it.
+	ImportFrom string
 	// ReplUser and ReplPassword: the role the safekeepers stream as; the
 	// agent creates or updates it at every start (empty: not managed).
 	ReplUser, ReplPassword string
@@ -667,6 +674,7 @@ func (a *Agent) start(ctx context.Context) (err error) {
 		rb.SetMaxPages(a.cfg.RedoStorePages)
 	}
 	walDir := a.wal.dir
+	walStart, importing, importID := e, false, uint64(0)
 	if err := a.prepareScratch(); err != nil {
 		return err
 	}
@@ -687,6 +695,23 @@ func (a *Agent) start(ctx context.Context) (err error) {
 		if err := os.RemoveAll(walDir); err != nil {
 			return err
 		}
+		if dir := a.cfg.ImportFrom; dir != "" {
+			a.setState("checking " + dir)
+			ctl, err := CheckImport(dir, slices.Collect(maps.Keys(a.settings(ids))))
+			if err != nil {
+				return err
+			}
+			importID = importSystemID(ctl.SystemID, a.cfg.Timeline)
+			n, err := importWAL(dir, walDir, ctl, importID, a.uid, a.gid)
+			if err != nil {
+				return fmt.Errorf("agent: import: copying the WAL of %s: %w", dir, err)
+			}
+			a.log.Info().Str("from", dir).Stringer("checkpoint", ctl.Checkpoint).Uint32("pg_timeline", uint32(ctl.Timeline)).Int("wal_files", n).
+				Uint64("system_id", ctl.SystemID).Uint64("new_system_id", importID).Msg("importing a data directory instead of initdb")
+			// The mount's W starts at the folder's last checkpoint: the
+			// copy's writes wait for the safekeepers to hold that WAL.
+			walStart, importing = ctl.Checkpoint, true
+		}
 	} else {
 		buf := make([]byte, 8192)
 		n, err := be.ReadFile(ctx, ControlFile, 0, buf)
@@ -695,6 +720,9 @@ func (a *Agent) start(ctx context.Context) (err error) {
 		}
 		ctl, err := ParseControl(buf[:n])
 		if err != nil {
+			return err
+		}
+		if err := a.checkImported(ctl); err != nil {
 			return err
 		}
 		if e == 0 {
@@ -749,7 +777,7 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	}
 	f, err := fusefs.Mount(ctx, a.cfg.Mountpoint, fusefs.Options{
 		Backend: fsBackend, Cache: fc, WALScratch: walDir, WALLink: a.wal.link, UID: uint32(a.uid), GID: uint32(a.gid),
-		WALStart: e, SendOnlySync: true, SendOnlyPath: safekeeperSlot, ReadAhead: a.cfg.ReadAhead,
+		WALStart: walStart, SendOnlySync: true, SendOnlyPath: safekeeperSlot, ReadAhead: a.cfg.ReadAhead,
 		OnDatabaseDir: onDB, Debug: a.cfg.Debug, Log: a.log,
 	})
 	if err != nil {
@@ -763,10 +791,17 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	}
 
 	if fresh {
-		a.setState("initdb")
-		out, done, err := a.initdb(ctx)
-		if err != nil {
-			return err
+		out, done := a.cfg.ImportFrom, func() {}
+		if importing {
+			a.setState("importing " + out)
+			if err := a.importData(ctx, out, importID); err != nil {
+				return err
+			}
+		} else {
+			a.setState("initdb")
+			if out, done, err = a.initdb(ctx); err != nil {
+				return err
+			}
 		}
 		if rb != nil {
 			if err := a.importBase(ctx, out); err != nil {
@@ -789,6 +824,13 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	}
 	if err := a.ensureReplUser(ctx); err != nil {
 		return err
+	}
+	if importing {
+		// The imported folder's superuser password is the old cluster's:
+		// the new cluster's connection string carries its own.
+		if err := a.setSuperuserPassword(ctx); err != nil {
+			return err
+		}
 	}
 	if a.cfg.PageSource == PageSourceRedo {
 		a.ensureRedoGuard(ctx, false)
@@ -815,7 +857,7 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	a.coldStart = took
 	a.mu.Unlock()
 	a.setState("running")
-	a.log.Info().Dur("start", took).Bool("initdb", fresh).Int("port", a.cfg.Port).Msg("postgres accepts connections")
+	a.log.Info().Dur("start", took).Bool("initdb", fresh && !importing).Bool("imported", importing).Int("port", a.cfg.Port).Msg("postgres accepts connections")
 	return nil
 }
 

@@ -79,19 +79,57 @@ func (a *Agent) initdb(ctx context.Context) (out string, done func(), err error)
 // and the files named in last (slash-separated, relative to src)
 // only once everything else is copied. It returns the number of regular
 // files and their bytes. The caller makes sure dst holds none of src's
-// names (a new timeline's mount is empty).
+// names (a new timeline's mount is empty). src is only read.
 //
-// The copy runs in a child process (cp), not in the agent: dst is the
+// The copy runs in child processes (cp), not in the agent: dst is the
 // agent's own FUSE mount, and a thread of the agent blocked in a request
 // to its own mount when the agent is killed never returns (the mount's
 // connection closes only once every thread has exited), leaving an
 // unkillable process that holds the mount and the agent's ports. A child's
 // request fails instead once the agent is gone.
 func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64, error) {
+	skip := map[string]bool{}
+	for _, rel := range last {
+		skip[rel] = true
+	}
+	files, size, err := copyTreeSkipping(ctx, src, dst, skip)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, rel := range last {
+		info, err := os.Stat(filepath.Join(src, filepath.FromSlash(rel)))
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := cp(ctx, filepath.Join(src, filepath.FromSlash(rel)), filepath.Join(dst, filepath.FromSlash(rel))); err != nil {
+			return 0, 0, err
+		}
+		files++
+		size += info.Size()
+	}
+	return files, size, nil
+}
+
+// copyTreeSkipping copies the contents of src into dst, leaving out the
+// entries named in skip (slash-separated paths relative to src; a folder
+// is left out whole). It returns the regular files copied and their
+// bytes. cp runs once per entry, copyWorkers at a time, and once per
+// database folder of base/: the kernel serializes file creations in one
+// folder, so the databases' folders are copied side by side. A folder
+// that holds a skipped entry is made, and its other entries copied one
+// by one.
+func copyTreeSkipping(ctx context.Context, src, dst string, skip map[string]bool) (int, int64, error) {
 	files, size := 0, int64(0)
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if skip[filepath.ToSlash(rel)] {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if d.Type().IsRegular() {
 			info, err := d.Info()
@@ -106,72 +144,61 @@ func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64,
 	if err != nil {
 		return 0, 0, err
 	}
-	// Move the files to copy last out of src's tree, beside it, and back
-	// at the end.
-	aside := src + ".last"
-	if err := os.RemoveAll(aside); err != nil {
-		return 0, 0, err
-	}
-	if len(last) > 0 {
-		if err := os.Mkdir(aside, 0o700); err != nil {
-			return 0, 0, err
-		}
-		defer os.Remove(aside)
-	}
-	for i, rel := range last {
-		in, out := filepath.Join(src, filepath.FromSlash(rel)), filepath.Join(aside, fmt.Sprint(i))
-		if err := os.Rename(in, out); err != nil {
-			return 0, 0, err
-		}
-		defer os.Rename(out, in)
-	}
-	if err := cpParallel(ctx, src, dst); err != nil {
-		return 0, 0, err
-	}
-	for i, rel := range last {
-		if err := cp(ctx, filepath.Join(aside, fmt.Sprint(i)), filepath.Join(dst, filepath.FromSlash(rel))); err != nil {
-			return 0, 0, err
-		}
-	}
-	return files, size, nil
-}
-
-// cpParallel copies the contents of src into dst with cp, one cp per
-// entry of src and of its base/ folder (one per database), copyWorkers at a
-// time: the kernel serializes file creations in one folder, so the
-// databases' folders are copied side by side.
-func cpParallel(ctx context.Context, src, dst string) error {
 	var pairs [][2]string
-	top, err := os.ReadDir(src)
-	if err != nil {
-		return err
+	var expand func(rel string) error
+	expand = func(rel string) error {
+		ents, err := os.ReadDir(filepath.Join(src, filepath.FromSlash(rel)))
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			r := e.Name()
+			if rel != "" {
+				r = rel + "/" + e.Name()
+			}
+			from, to := filepath.Join(src, filepath.FromSlash(r)), filepath.Join(dst, filepath.FromSlash(r))
+			if skip[r] {
+				continue
+			}
+			if !e.IsDir() || (r != "base" && !holdsSkipped(r, skip)) {
+				pairs = append(pairs, [2]string{from, to})
+				continue
+			}
+			info, err := e.Info()
+			if err != nil {
+				return err
+			}
+			if err := os.Mkdir(to, info.Mode().Perm()); err != nil {
+				return err
+			}
+			if err := expand(r); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	for _, e := range top {
-		if e.Name() != "base" || !e.IsDir() {
-			pairs = append(pairs, [2]string{filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())})
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		if err := os.Mkdir(filepath.Join(dst, "base"), info.Mode().Perm()); err != nil {
-			return err
-		}
-		dbs, err := os.ReadDir(filepath.Join(src, "base"))
-		if err != nil {
-			return err
-		}
-		for _, db := range dbs {
-			pairs = append(pairs, [2]string{filepath.Join(src, "base", db.Name()), filepath.Join(dst, "base", db.Name())})
-		}
+	if err := expand(""); err != nil {
+		return 0, 0, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(copyWorkers)
 	for _, p := range pairs {
 		g.Go(func() error { return cp(gctx, p[0], p[1]) })
 	}
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return 0, 0, err
+	}
+	return files, size, nil
+}
+
+// holdsSkipped reports whether a skipped entry lies under the folder rel.
+func holdsSkipped(rel string, skip map[string]bool) bool {
+	for s := range skip {
+		if strings.HasPrefix(s, rel+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // copyWorkers is how many cp processes cpParallel runs at once.

@@ -65,9 +65,10 @@ func ParseControl(b []byte) (Control, error) {
 // pg_control's DBState values the agent uses, and where its CRC-32C (over
 // the bytes before it) lies in PostgreSQL 15's ControlFileData.
 const (
-	dbShutdowned    = 1
-	dbInProduction  = 6
-	controlCRCStart = 288
+	dbShutdowned           = 1
+	dbShutdownedInRecovery = 2
+	dbInProduction         = 6
+	controlCRCStart        = 288
 )
 
 // ForceCrashRecovery returns a copy of the pg_control b with the state of
@@ -75,6 +76,18 @@ const (
 // runs crash recovery from the checkpoint's REDO point to the end of
 // pg_wal at its next start instead of trusting a clean shutdown.
 func ForceCrashRecovery(b []byte) ([]byte, error) {
+	return rewriteControl(b, func(out []byte) { binary.LittleEndian.PutUint32(out[16:], dbInProduction) })
+}
+
+// WithSystemID returns a copy of the pg_control b with system identifier
+// id and its CRC updated.
+func WithSystemID(b []byte, id uint64) ([]byte, error) {
+	return rewriteControl(b, func(out []byte) { binary.LittleEndian.PutUint64(out[0:], id) })
+}
+
+// rewriteControl checks the pg_control b (fields and CRC) and returns a
+// copy that change edits, with its CRC updated.
+func rewriteControl(b []byte, change func(out []byte)) ([]byte, error) {
 	if _, err := ParseControl(b); err != nil {
 		return nil, err
 	}
@@ -86,7 +99,7 @@ func ForceCrashRecovery(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: CRC %08x, computed %08x", ErrControl, got, want)
 	}
 	out := bytes.Clone(b)
-	le.PutUint32(out[16:], dbInProduction)
+	change(out)
 	le.PutUint32(out[controlCRCStart:], crc32.Checksum(out[:controlCRCStart], castagnoli))
 	return out, nil
 }

@@ -192,7 +192,7 @@ func Open(ctx context.Context, c *client.Client, tl pg.TimelineID, opts Options)
 			if err != nil {
 				return nil, fmt.Errorf("psbackend: read %s: %w", DirsFile, err)
 			}
-			if b.dirs, err = decodeDirs(data); err != nil {
+			if b.dirs, err = DecodeDirs(data); err != nil {
 				return nil, err
 			}
 			haveDirs = true
@@ -239,9 +239,10 @@ func encodeDirs(dirs map[string]uint32) []byte {
 	return buf.Bytes()
 }
 
-// decodeDirs parses DirsFile; bytes after the counted lines are ignored
-// (a shorter rewrite whose truncation was not applied).
-func decodeDirs(data []byte) (map[string]uint32, error) {
+// DecodeDirs parses DirsFile: each folder's path and mode. Bytes after
+// the counted lines are ignored (a shorter rewrite whose truncation was
+// not applied).
+func DecodeDirs(data []byte) (map[string]uint32, error) {
 	lines := strings.Split(string(data), "\n")
 	var n int
 	if _, err := fmt.Sscanf(lines[0], "strata-dirs %d", &n); err != nil || n > len(lines)-1 {
