@@ -132,3 +132,82 @@ func TestImport(t *testing.T) {
 		t.Error("a refused import left the cluster running")
 	}
 }
+
+// TestImportStockFolder: moving a database onto strata. A stock server's
+// folder (not strata's: its own pg_hba.conf, no strata.conf, a second
+// database, an ALTER SYSTEM setting) is refused while it was not shut
+// down cleanly (kill -9), with nothing started; after a clean stop
+// `strata up --import` serves both databases with their data and the
+// setting, takes writes, keeps them across a down and up, and pg_amcheck
+// is clean.
+func TestImportStockFolder(t *testing.T) {
+	s := stockFolder(t)
+	s.Kill9()
+
+	c, _ := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := c.Import(ctx, s.DataDir, func(string) {}); !errors.Is(err, agent.ErrImport) || !strings.Contains(err.Error(), "pg_ctl stop") {
+		t.Fatalf("an import of a crashed server's folder: %v, want agent.ErrImport saying to stop it cleanly", err)
+	}
+	if _, ok := c.Running(); ok {
+		t.Fatal("a refused import left the cluster running")
+	}
+	s.Launch() // crash recovery
+	s.Stop()
+
+	checkStockImport(t, ctx, c, s.DataDir)
+}
+
+// TestImportStockFolderRedo: the same import in redo mode, where the
+// folder's relation pages become the redo timeline's base (as initdb's
+// output does) and a small local page store sends reads to the
+// pageserver, before and after a down and up.
+func TestImportStockFolderRedo(t *testing.T) {
+	s := stockFolder(t)
+	s.Stop()
+	c, _ := newRedoCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	checkStockImport(t, ctx, c, s.DataDir)
+}
+
+// stockFolder starts a stock server and gives it what TestImportStockFolder
+// checks for.
+func stockFolder(t *testing.T) *pgtest.Server {
+	s := pgtest.Start(t, pgtest.Options{})
+	s.Exec("postgres", "CREATE TABLE f AS SELECT g AS id, repeat('z', 100) AS pad FROM generate_series(1, 20000) g")
+	s.Exec("postgres", "CREATE INDEX ON f (id)")
+	s.Exec("postgres", "CREATE DATABASE other")
+	s.Exec("other", "CREATE TABLE o AS SELECT 42 AS x")
+	s.Exec("postgres", "ALTER SYSTEM SET work_mem = '12MB'")
+	return s
+}
+
+// checkStockImport imports the stopped folder dir into c and checks the
+// data, a write, a down and up, and pg_amcheck.
+func checkStockImport(t *testing.T, ctx context.Context, c *Cluster, dir string) {
+	t.Helper()
+	url, err := c.Import(ctx, dir, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*) || ' ' || current_setting('work_mem') FROM f"); got != "20000 12MB" {
+		t.Errorf("the imported cluster: %q, want 20000 rows and work_mem 12MB", got)
+	}
+	other := strings.Replace(url, "/postgres?", "/other?", 1)
+	if got := queryString(t, ctx, other, "SELECT x::text FROM o"); got != "42" {
+		t.Errorf("database other: %q, want 42", got)
+	}
+	exec1(t, ctx, url, "INSERT INTO f SELECT g, 'n' FROM generate_series(20001, 30000) g")
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if url, err = c.Up(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, ctx, url, "SELECT count(*) || ' ' || sum(id) FROM f"); got != "30000 450015000" {
+		t.Errorf("after down and up: %q, want 30000 rows summing to 450015000", got)
+	}
+	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+}
