@@ -139,13 +139,16 @@ func clashing(keys, managed []string) []string {
 
 // importSystemID is the system identifier of a cluster imported into
 // strata timeline tl from a folder of system old: new, and the same at
-// every start (checkImported compares it).
+// every start.
 func importSystemID(old uint64, tl pg.TimelineID) uint64 {
 	var b [8 + 16]byte
 	binary.LittleEndian.PutUint64(b[:], old)
 	copy(b[8:], tl[:])
 	sum := sha256.Sum256(append([]byte("strata import "), b[:]...))
-	return binary.LittleEndian.Uint64(sum[:])
+	// Below 2^63, as initdb's are: SQL shows it as a bigint
+	// (pg_control_system()), and it should read as the same number there
+	// as in the archive's keys.
+	return binary.LittleEndian.Uint64(sum[:]) &^ (1 << 63)
 }
 
 // walSysIDOffset is where a WAL segment's first page (its long header)

@@ -137,6 +137,11 @@ func TestCheckImport(t *testing.T) {
 	if importSystemID(ctl.SystemID, pg.TimelineID{1}) == importSystemID(ctl.SystemID, pg.TimelineID{2}) {
 		t.Error("two imports of one system into two timelines got one system identifier")
 	}
+	for i := byte(0); i < 64; i++ {
+		if id := importSystemID(ctl.SystemID, pg.TimelineID{i}); id >= 1<<63 {
+			t.Errorf("importSystemID %d: not below 2^63 (SQL would show it negative)", id)
+		}
+	}
 	rewritten, err := WithSystemID(control, 42)
 	if err != nil {
 		t.Fatal(err)
