@@ -278,6 +278,9 @@ func (a *Agent) importData(ctx context.Context, dir string, sysID uint64) error 
 	skip := map[string]bool{"pg_wal": true, "postmaster.opts": true, "restore.log": true, "pg_replslot": true,
 		"postgresql.conf": true, "pg_hba.conf": true, ControlFile: true,
 		psbackend.DirsFile: true} // strata's own record, in copies restored before it was left out
+	if _, total, err := treeSize(dir, skip); err == nil {
+		a.sp.update(func(p *Progress) { p.ImportBytes = total })
+	}
 	files, size, err := copyTreeSkipping(ctx, dir, a.cfg.Mountpoint, skip)
 	if err != nil {
 		return fmt.Errorf("agent: import: copying %s into the mount: %w", dir, err)

@@ -119,28 +119,7 @@ func copyTree(ctx context.Context, src, dst string, last ...string) (int, int64,
 // that holds a skipped entry is made, and its other entries copied one
 // by one.
 func copyTreeSkipping(ctx context.Context, src, dst string, skip map[string]bool) (int, int64, error) {
-	files, size := 0, int64(0)
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if skip[filepath.ToSlash(rel)] {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			files++
-			size += info.Size()
-		}
-		return nil
-	})
+	files, size, err := treeSize(src, skip)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -189,6 +168,34 @@ func copyTreeSkipping(ctx context.Context, src, dst string, skip map[string]bool
 		return 0, 0, err
 	}
 	return files, size, nil
+}
+
+// treeSize returns the regular files under src, but those in skip, and
+// their bytes.
+func treeSize(src string, skip map[string]bool) (int, int64, error) {
+	files, size := 0, int64(0)
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if skip[filepath.ToSlash(rel)] {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			files++
+			size += info.Size()
+		}
+		return nil
+	})
+	return files, size, err
 }
 
 // holdsSkipped reports whether a skipped entry lies under the folder rel.

@@ -55,6 +55,11 @@ type Progress struct {
 	// start (since it was mounted) or stop (crash recovery reading pages,
 	// a checkpoint writing them out, move it).
 	MountOps uint64 `json:"mount_ops,omitempty"`
+	// ImportBytes is the size of the folder an import copies into the
+	// mount; MountWritten the bytes written on the mount so far (the
+	// copy's, while importing).
+	ImportBytes  int64  `json:"import_bytes,omitempty"`
+	MountWritten uint64 `json:"mount_written,omitempty"`
 	// Elapsed is how long the start or stop has run; Idle how long since
 	// it last moved (a new step, a segment fetched, a segment replayed, a
 	// read or write on the mount).
@@ -91,6 +96,9 @@ func (p *Progress) String() string {
 	}
 	line := p.Step
 	switch {
+	case strings.HasPrefix(p.Step, "importing ") && p.ImportBytes > 0:
+		return fmt.Sprintf("%s: %s of %s copied (%.0f%%)", p.Step, mib(int64(p.MountWritten)), mib(p.ImportBytes),
+			100*min(1, float64(p.MountWritten)/float64(p.ImportBytes)))
 	case p.Step == "fetching WAL" && p.FetchSegments > 0:
 		return fmt.Sprintf("fetching WAL from the safekeepers: %d of %d segments", p.FetchedSegments, p.FetchSegments)
 	case p.Step == "recovering" && p.Replaying != "":
@@ -181,10 +189,10 @@ func (a *Agent) watchProgress(ctx context.Context, stop context.CancelCauseFunc,
 	lastLog := time.Now()
 	// Count from here on a mount that exists already (a stop), from its
 	// start on one mounted later (a start).
-	var base uint64
+	var base, baseWritten uint64
 	mount := a.currentFS()
 	if mount != nil {
-		base = mount.Waits().Ops()
+		base, baseWritten = mount.Waits().Ops(), mount.Waits().WrittenBytes()
 	}
 	for {
 		select {
@@ -195,10 +203,10 @@ func (a *Agent) watchProgress(ctx context.Context, stop context.CancelCauseFunc,
 		a.readReplay()
 		if f := a.currentFS(); f != nil {
 			if f != mount {
-				mount, base = f, 0
+				mount, base, baseWritten = f, 0, 0
 			}
-			ops := f.Waits().Ops() - base
-			a.sp.update(func(p *Progress) { p.MountOps = ops })
+			ops, written := f.Waits().Ops()-base, f.Waits().WrittenBytes()-baseWritten
+			a.sp.update(func(p *Progress) { p.MountOps, p.MountWritten = ops, written })
 		}
 		p := a.sp.report()
 		if p == nil {

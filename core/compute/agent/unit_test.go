@@ -238,6 +238,8 @@ func TestPrintReportProgress(t *testing.T) {
 			"starting: fetching WAL from the safekeepers: 3 of 9 segments, for 4s (last progress 0s ago)"},
 		{Progress{Step: "stopping", MountOps: 1200, Elapsed: "31s", Idle: "1s"},
 			"stopping: postgres shutting down (1200 reads and writes on the mount), for 31s (last progress 1s ago)"},
+		{Progress{Step: "importing /data", ImportBytes: 800 << 20, MountWritten: 200 << 20, Elapsed: "2s", Idle: "0s"},
+			"starting: importing /data: 200.0 MiB of 800.0 MiB copied (25%), for 2s (last progress 0s ago)"},
 	} {
 		var buf bytes.Buffer
 		if err := PrintReport(&buf, Report{State: c.p.Step, Strategy: "lfc", Progress: &c.p}); err != nil {

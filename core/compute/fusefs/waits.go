@@ -88,6 +88,16 @@ func (w *Waits) Ops() uint64 {
 	return n
 }
 
+// WrittenBytes returns how many bytes writes brought in, every file kind
+// together.
+func (w *Waits) WrittenBytes() uint64 {
+	var n uint64
+	for k := range numKinds {
+		n += w.bytes[OpWrite][k].Load()
+	}
+	return n
+}
+
 // Total returns the summed duration of operations op on files of kind k.
 func (w *Waits) Total(op Op, k relpath.Kind) time.Duration {
 	return time.Duration(w.nanos[op][k].Load())
