@@ -89,12 +89,7 @@ func TestImport(t *testing.T) {
 	exec1(t, ctx, urlB, "INSERT INTO keep SELECT generate_series(501, 600)")
 	pgtool(t, urlB, "pgbench", "-n", "-c", "2", "-T", "2")
 	pgtool(t, urlB, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
-	if err := b.Down(ctx, func(string) {}); err != nil {
-		t.Fatal(err)
-	}
-	if urlB, err = b.Up(ctx, func(string) {}); err != nil {
-		t.Fatal(err)
-	}
+	urlB = downUp(t, ctx, b)
 	if got := queryString(t, ctx, urlB, "SELECT count(*) FROM keep"); got != "600" {
 		t.Errorf("B after down and up: keep has %s rows, want 600", got)
 	}
@@ -200,14 +195,22 @@ func checkStockImport(t *testing.T, ctx context.Context, c *Cluster, dir string)
 		t.Errorf("database other: %q, want 42", got)
 	}
 	exec1(t, ctx, url, "INSERT INTO f SELECT g, 'n' FROM generate_series(20001, 30000) g")
-	if err := c.Down(ctx, func(string) {}); err != nil {
-		t.Fatal(err)
-	}
-	if url, err = c.Up(ctx, func(string) {}); err != nil {
-		t.Fatal(err)
-	}
+	url = downUp(t, ctx, c)
 	if got := queryString(t, ctx, url, "SELECT count(*) || ' ' || sum(id) FROM f"); got != "30000 450015000" {
 		t.Errorf("after down and up: %q, want 30000 rows summing to 450015000", got)
 	}
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+}
+
+// downUp stops the cluster and starts it again, and returns its URL.
+func downUp(t *testing.T, ctx context.Context, c *Cluster) string {
+	t.Helper()
+	if err := c.Down(ctx, func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	url, err := c.Up(ctx, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
 }

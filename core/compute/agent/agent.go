@@ -1259,6 +1259,25 @@ func (a *Agent) ensureReplUser(ctx context.Context) error {
 	if a.cfg.ReplUser == "" {
 		return nil
 	}
+	return a.localExec(ctx, func(conn *pgx.Conn) error {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", a.cfg.ReplUser).Scan(&exists); err != nil {
+			return err
+		}
+		verb := "CREATE"
+		if exists {
+			verb = "ALTER"
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("%s ROLE %s LOGIN REPLICATION PASSWORD %s", verb,
+			pgx.Identifier{a.cfg.ReplUser}.Sanitize(), quoteLiteral(a.cfg.ReplPassword)))
+		return err
+	})
+}
+
+// localExec runs fn on a connection over the Unix socket whose commits
+// are local (synchronous_commit = local): before a quorum of safekeepers
+// streams, a commit that waited for them would wait for ever.
+func (a *Agent) localExec(ctx context.Context, fn func(conn *pgx.Conn) error) error {
 	conn, err := pgx.Connect(ctx, a.socketConn())
 	if err != nil {
 		return err
@@ -1267,17 +1286,7 @@ func (a *Agent) ensureReplUser(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
 		return err
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", a.cfg.ReplUser).Scan(&exists); err != nil {
-		return err
-	}
-	verb := "CREATE"
-	if exists {
-		verb = "ALTER"
-	}
-	_, err = conn.Exec(ctx, fmt.Sprintf("%s ROLE %s LOGIN REPLICATION PASSWORD %s", verb,
-		pgx.Identifier{a.cfg.ReplUser}.Sanitize(), quoteLiteral(a.cfg.ReplPassword)))
-	return err
+	return fn(conn)
 }
 
 // waitStreaming waits until a quorum of safekeepers streams from Postgres

@@ -325,14 +325,8 @@ func (a *Agent) checkImported(stored Control) error {
 // setSuperuserPassword gives the superuser the cluster's password
 // (Config.Password), committing locally as ensureReplUser does.
 func (a *Agent) setSuperuserPassword(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, a.socketConn())
-	if err != nil {
+	return a.localExec(ctx, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD "+quoteLiteral(a.cfg.Password))
 		return err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
-		return err
-	}
-	_, err = conn.Exec(ctx, "ALTER ROLE postgres PASSWORD "+quoteLiteral(a.cfg.Password))
-	return err
+	})
 }
