@@ -91,6 +91,16 @@ func CheckImport(dir string, managed []string) (Control, error) {
 	if info.Size() != int64(pg.WALSegmentSize) {
 		return bad("WAL segment %s is %d bytes; strata uses 16 MiB segments (initdb --wal-segsize=16)", seg, info.Size())
 	}
+	for _, name := range []string{"postgresql.conf", "pg_hba.conf"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return bad("no %s in the folder (%v); a Debian cluster keeps its configuration in /etc/postgresql/15/<name>: copy postgresql.conf, pg_hba.conf and pg_ident.conf from there into the folder first", name, err)
+		}
+	}
+	if keys, err := autoConfKeys(filepath.Join(dir, "postgresql.conf")); err != nil {
+		return bad("%v", err)
+	} else if elsewhere := clashing(keys, []string{"data_directory", "hba_file", "ident_file", "external_pid_file"}); len(elsewhere) > 0 {
+		return bad("postgresql.conf sets %s: strata keeps the configuration files in the data directory; comment them out (and copy the files they name into the folder) and import again", strings.Join(elsewhere, ", "))
+	}
 	if keys, err := autoConfKeys(filepath.Join(dir, "postgresql.auto.conf")); err != nil {
 		return bad("%v", err)
 	} else if clash := clashing(keys, managed); len(clash) > 0 {
@@ -99,8 +109,8 @@ func CheckImport(dir string, managed []string) (Control, error) {
 	return ctl, nil
 }
 
-// autoConfKeys returns the setting names in postgresql.auto.conf (none
-// when it does not exist).
+// autoConfKeys returns the setting names in a configuration file such as
+// postgresql.auto.conf (none when it does not exist).
 func autoConfKeys(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
