@@ -822,15 +822,18 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	if err := a.waitReady(ctx); err != nil {
 		return err
 	}
-	if err := a.ensureReplUser(ctx); err != nil {
-		return err
-	}
 	if importing {
 		// The imported folder's superuser password is the old cluster's:
-		// the new cluster's connection string carries its own.
+		// the new cluster's connection string carries its own. Before the
+		// replication role: the safekeepers cannot stream until that has
+		// the new cluster's password, so nothing of the import is durable
+		// (and an agent killed here imports again) until this is done.
 		if err := a.setSuperuserPassword(ctx); err != nil {
 			return err
 		}
+	}
+	if err := a.ensureReplUser(ctx); err != nil {
+		return err
 	}
 	if a.cfg.PageSource == PageSourceRedo {
 		a.ensureRedoGuard(ctx, false)
