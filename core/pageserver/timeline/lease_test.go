@@ -3,7 +3,6 @@ package timeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
-	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -36,24 +34,7 @@ func TestLease(t *testing.T) {
 	}
 	defer tl.Close()
 	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: 16384, Block: 0})
-	write := func(from, to int) {
-		t.Helper()
-		for i := from; i <= to; i++ {
-			lsn := pg.LSN(100 * i)
-			commit.Set(lsn)
-			if _, err := tl.Put(ctx, []Change{{Key: k, LSN: lsn, Kind: layer.Image, Data: []byte(fmt.Sprintf("v%d", i))}}); err != nil {
-				t.Fatal(err)
-			}
-			if i%5 == 0 {
-				if err := tl.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(from, to int) { putHistory(t, tl, commit, k, from, to) }
 	gc := func() pg.LSN {
 		t.Helper()
 		if _, err := tl.GC(ctx); err != nil {

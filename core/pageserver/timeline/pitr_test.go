@@ -37,21 +37,7 @@ func TestPITRAfterRestart(t *testing.T) {
 	}
 	tl := open()
 	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: 16384, Block: 0})
-	for i := 1; i <= 20; i++ {
-		lsn := pg.LSN(100 * i)
-		commit.Set(lsn)
-		if _, err := tl.Put(ctx, []Change{{Key: k, LSN: lsn, Kind: layer.Image, Data: []byte(fmt.Sprintf("v%d", i))}}); err != nil {
-			t.Fatal(err)
-		}
-		if i%5 == 0 {
-			if err := tl.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
-		t.Fatal(err)
-	}
+	putHistory(t, tl, commit, k, 1, 20)
 	gcCutoff := func(tl *Timeline) pg.LSN {
 		if _, err := tl.GC(ctx); err != nil {
 			t.Fatal(err)
@@ -94,5 +80,28 @@ func TestPITRAfterRestart(t *testing.T) {
 	}
 	if d, err := tl.Get(ctx, k, LatestLSN); err != nil || string(d) != "v20" {
 		t.Fatalf("latest value %q, %v; want v20", d, err)
+	}
+}
+
+// putHistory writes versions "v<i>" of k at LSN 100*i for i in [from, to],
+// each committed, flushing after every fifth, then makes an image layer
+// at the durable LSN: a history that GC can cut.
+func putHistory(t *testing.T, tl *Timeline, commit *CommitLSN, k keyspace.Key, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := from; i <= to; i++ {
+		lsn := pg.LSN(100 * i)
+		commit.Set(lsn)
+		if _, err := tl.Put(ctx, []Change{{Key: k, LSN: lsn, Kind: layer.Image, Data: []byte(fmt.Sprintf("v%d", i))}}); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			if err := tl.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tl.CreateImageLayer(ctx, tl.LSNs().Durable); err != nil {
+		t.Fatal(err)
 	}
 }
