@@ -137,6 +137,7 @@ func (c Config) Options() timeline.Options {
 		CompactionThreshold:   c.CompactionThreshold,
 		GCHorizon:             c.GCHorizon,
 		PITR:                  c.PITR,
+		LeaseGrace:            timeline.DefaultOptions().LeaseGrace,
 		WaitLSNTimeout:        c.WaitLSNTimeout,
 		CacheBytes:            c.CacheBytes,
 		MaxLocalBytes:         c.MaxLocalBytes,

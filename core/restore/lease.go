@@ -27,9 +27,9 @@ const (
 
 // lease keeps the pageserver's GC from passing the LSN a restore reads
 // at, on each timeline the restore reads, until release. The pageserver
-// holds leases in memory only: after a pageserver restart the next
-// renewal takes the lease again unless GC passed it meanwhile, and then
-// the reads fail with "too old" as they would have without a lease.
+// holds leases in memory only: after a pageserver restart it keeps its
+// GC cutoff for timeline.Options.LeaseGrace (a minute, four renewals), and
+// the next renewal takes the lease again.
 type lease struct {
 	o      Options
 	holder string // this restore's name for its leases

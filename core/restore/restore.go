@@ -300,7 +300,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 
 	b, err := writeBase(ctx, o, x, o.Progress)
 	if errors.Is(err, timeline.ErrBelowGCCutoff) {
-		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran, though the restore held a lease on it (was the pageserver restarted meanwhile? it keeps leases in memory): choose a later moment, or try again (%w)", ErrTooOld, x, err)
+		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran, though the restore held a lease on it (was the pageserver restarted meanwhile, and the restore cut off from it for over a minute? it keeps leases in memory): choose a later moment, or try again (%w)", ErrTooOld, x, err)
 	}
 	if err != nil {
 		return nil, err

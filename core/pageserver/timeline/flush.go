@@ -706,11 +706,12 @@ func (t *Timeline) SetRetainLSNs(ls []pg.LSN) {
 
 // gcCutoffLocked computes the cutoff that retention allows now: below the last
 // record by GCHorizon, older than PITR, and not above any branch point or
-// leased LSN. It is called under mu, held for writing by whoever raises
-// the cutoff to it: a lease taken meanwhile would not be seen.
+// leased LSN; unchanged during the lease grace after a restart. It is
+// called under mu, held for writing by whoever raises the cutoff to it: a
+// lease taken meanwhile would not be seen.
 func (t *Timeline) gcCutoffLocked() pg.LSN {
 	last := pg.LSN(t.lastRecord.Load())
-	if uint64(last) <= t.opts.GCHorizon {
+	if uint64(last) <= t.opts.GCHorizon || t.d.Now().Before(t.graceEnd) {
 		return t.gcCutoff
 	}
 	c := last - pg.LSN(t.opts.GCHorizon)

@@ -24,8 +24,9 @@ type leaseKey struct {
 // not end each other's. A renewal runs until the later of the two ends;
 // ttl 0 ends the holder's lease now. Leasing an LSN below the cutoff
 // fails with ErrBelowGCCutoff (that history may be gone). Leases live in
-// memory: a restarted pageserver has none, and a reader renews its lease
-// well before it ends (a restore renews every 15 s).
+// memory: a restarted pageserver has none, so GC keeps the cutoff for
+// Options.LeaseGrace after a restart, and a reader renews its lease well
+// within that (a restore renews every 15 s).
 //
 // It returns when the lease ends (zero when it was ended).
 func (t *Timeline) Lease(lsn pg.LSN, holder string, ttl time.Duration) (time.Time, error) {

@@ -113,3 +113,75 @@ func TestLease(t *testing.T) {
 		t.Fatalf("cutoff %s after the lease was ended; want %s", c, pg.LSN(3000-10))
 	}
 }
+
+// TestLeaseAfterRestart: a restarted timeline has forgotten its leases, so
+// GC keeps the cutoff for LeaseGrace after the restart; a reader that
+// renews its lease within it keeps its history, and once the grace and
+// the lease are over GC goes on. A new timeline (no history) has no grace.
+func TestLeaseAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	commit := &CommitLSN{}
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	opts := smallOpts()
+	opts.GCHorizon = 10
+	opts.LeaseGrace = time.Minute
+	dir := t.TempDir()
+	open := func() *Timeline {
+		t.Helper()
+		tl, err := Open(ctx, pg.TimelineID{9}, dir, opts, Deps{Log: zerolog.Nop(), Commit: commit, Redo: concatRedo{}, Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	gc := func(tl *Timeline) pg.LSN {
+		t.Helper()
+		if _, err := tl.GC(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return tl.LSNs().GCCutoff
+	}
+	k := keyspace.RelBlock(pg.PageKey{Spc: 1663, DB: 5, Rel: 16384, Block: 0})
+
+	tl := open()
+	putHistory(t, tl, commit, k, 1, 10)
+	if c := gc(tl); c != 1000-10 {
+		t.Fatalf("cutoff %s on a new timeline; want %s (no grace without a restart)", c, pg.LSN(1000-10))
+	}
+	putHistory(t, tl, commit, k, 11, 20)
+	if _, err := tl.Lease(1500, "restore", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restart: the lease is gone, and GC keeps the cutoff.
+	tl = open()
+	defer tl.Close()
+	if l := tl.LSNs(); l.Leases != 0 {
+		t.Fatalf("%d leases after the restart; leases live in memory", l.Leases)
+	}
+	advance(30 * time.Second)
+	if c := gc(tl); c != 1000-10 {
+		t.Fatalf("cutoff %s within the grace after a restart; want it kept at %s", c, pg.LSN(1000-10))
+	}
+	// The restore renews within the grace and keeps its LSN.
+	if _, err := tl.Lease(1500, "restore", time.Minute); err != nil {
+		t.Fatalf("renewal within the grace: %v", err)
+	}
+	advance(40 * time.Second)
+	if c := gc(tl); c != 1500 {
+		t.Fatalf("cutoff %s after the grace with a renewed lease at %s; want the lease", c, pg.LSN(1500))
+	}
+	if d, err := tl.Get(ctx, k, 1500); err != nil || string(d) != "v15" {
+		t.Fatalf("read at the renewed lease: %q, %v; want v15", d, err)
+	}
+	advance(time.Minute)
+	if c := gc(tl); c != 2000-10 {
+		t.Fatalf("cutoff %s after the grace and the lease; want %s", c, pg.LSN(2000-10))
+	}
+}

@@ -129,6 +129,12 @@ type Options struct {
 	GCHorizon uint64
 	// PITR: and for this long.
 	PITR time.Duration
+	// LeaseGrace: after opening a timeline that has history (a restart,
+	// or a pageserver taking it over from the store), GC does not raise
+	// the cutoff for this long. Leases live in memory, so a restart
+	// forgets them; their holders take them again at their next renewal,
+	// which comes well within it (a restore renews every 15 s). 0: none.
+	LeaseGrace time.Duration
 	// WaitLSNTimeout bounds waits for WAL in reads.
 	WaitLSNTimeout time.Duration
 	// CacheBytes bounds the materialized page cache.
@@ -156,6 +162,7 @@ func DefaultOptions() Options {
 		CompactionThreshold:   8,
 		GCHorizon:             64 << 20,
 		PITR:                  time.Hour,
+		LeaseGrace:            time.Minute,
 		WaitLSNTimeout:        30 * time.Second,
 		CacheBytes:            64 << 20,
 		BackgroundInterval:    time.Second,
@@ -229,6 +236,7 @@ type Timeline struct {
 	imageFloor  pg.LSN                 // LSN of the newest image layer, made or being made (putLocked)
 	retain      []pg.LSN               // branch points of children
 	leases      map[leaseKey]time.Time // when each lease ends (Lease)
+	graceEnd    time.Time              // GC keeps the cutoff until then (Options.LeaseGrace)
 	removed     []string               // layer names dropped from the map, still in the last published manifest
 	lsnTimes    []lsnTime
 	fenced      bool
@@ -380,6 +388,11 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 	// What the files hold survived the restart: durable from the start,
 	// so the durable LSN never goes back when buffered ingest resumes.
 	t.synced.Store(t.lastRecord.Load())
+	if opts.LeaseGrace > 0 && t.lastRecord.Load() > 0 {
+		// This pageserver has history here but none of the leases on it.
+		t.graceEnd = d.Now().Add(opts.LeaseGrace)
+		t.log.Info().Dur("for", opts.LeaseGrace).Msg("GC keeps the cutoff until readers have renewed their leases")
+	}
 	t.d.Metrics.observeLayers(t)
 	if !opts.NoBackground {
 		t.wg.Add(1)
