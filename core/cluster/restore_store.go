@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +47,7 @@ type StoreTimelines struct {
 // moment it reaches is the older of the store's newest manifest and the
 // end of the archived WAL (whole segments, and the partial copy of the
 // last one that the safekeepers upload after a quiet while).
-func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir string, port int, names StoreTimelines, progress func(string)) (*Restored, error) {
+func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir string, port int, names StoreTimelines, progress func(string)) (_ *Restored, err error) {
 	abs, port, err := c.restoreDest(dir, port)
 	if err != nil {
 		return nil, err
@@ -55,7 +57,12 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 		return nil, err
 	}
 	defer store.Close()
-	ro := objectstore.ReadOnly(store)
+	ro := &goneWatch{Store: objectstore.ReadOnly(store)}
+	defer func() {
+		if err != nil && ro.gone.Load() {
+			err = fmt.Errorf("%w\n(is a cluster running on this object store? Its pageserver replaces layers as it compacts and collects them: restore from that cluster without --from-store, or stop it first)", err)
+		}
+	}()
 
 	tmp, err := os.MkdirTemp("", "strata-restore-pageserver-")
 	if err != nil {
@@ -225,4 +232,20 @@ func archivedEnd(ctx context.Context, store objectstore.Store, prefix string, sy
 		return 0, fmt.Errorf("restore: listing the archived WAL: %w", err)
 	}
 	return end, nil
+}
+
+// goneWatch notes that a layer object was not in the store: the read-only
+// pageserver opened the newest manifest, and a pageserver still writing
+// to the store may since have replaced the layers it names.
+type goneWatch struct {
+	objectstore.Store
+	gone atomic.Bool
+}
+
+func (g *goneWatch) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	rc, err := g.Store.Get(ctx, key)
+	if errors.Is(err, objectstore.ErrNotFound) && strings.Contains(key, "/layers/") {
+		g.gone.Store(true)
+	}
+	return rc, err
 }

@@ -294,6 +294,33 @@ func TestRestoreFromStore(t *testing.T) {
 	if after := storeObjects(t, ctx, cfg.ObjectStore.FS.Root); !maps.Equal(before, after) {
 		t.Errorf("the restores changed the object store: %d objects before, %d after", len(before), len(after))
 	}
+
+	// The layers the newest manifests name are gone (a cluster still
+	// running on the store replaced them, or the store lost them): the
+	// restore fails saying so, and leaves no half-written folder.
+	st, err := fs.New(fs.Config{Root: cfg.ObjectStore.FS.Root}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	moved := 0
+	for k := range before {
+		if strings.Contains(k, "/layers/") {
+			if err := st.Delete(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+			moved++
+		}
+	}
+	dir := filepath.Join(root, "gone")
+	_, err = c.RestoreFromStore(ctx, restore.Target{Latest: true}, dir, 0, StoreTimelines{}, func(s string) { t.Log(s) })
+	if err == nil || !strings.Contains(err.Error(), "gone from the object store") || !strings.Contains(err.Error(), "without --from-store") {
+		t.Fatalf("restore from a store without its %d layer objects: %v; want an error naming the gone layer and what to do", moved, err)
+	}
+	t.Logf("restore with the layers gone: %v", err)
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("the failed restore left %s behind: %v", dir, serr)
+	}
 }
 
 // storeObjects lists the fs object store at root: key -> size.

@@ -281,6 +281,9 @@ func (r *Remote) Publish(ctx context.Context, tl pg.TimelineID, m *Manifest) err
 // through pacedwrite, fsync, rename) and checks its size.
 func (r *Remote) Download(ctx context.Context, tl pg.TimelineID, d layer.Desc, dst string) error {
 	rc, err := r.Store.Get(ctx, LayerKey(tl, d.Name))
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return fmt.Errorf("manifest: layer %s of timeline %s is gone from the object store, though the manifest read names it (replaced since by a pageserver writing to the store, or lost): %w", d.Name, tl, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,6 +116,15 @@ func TestUploadDownloadAndLocal(t *testing.T) {
 	}
 	if _, err := r.Store.Stat(ctx, LayerKey(tl, descs[0].Name)); !errors.Is(err, objectstore.ErrNotFound) {
 		t.Fatal("layer not deleted")
+	}
+	// A layer the manifest names but the store no longer has: an error
+	// that says so, and nothing written.
+	gone := filepath.Join(t.TempDir(), descs[0].Name)
+	if err := r.Download(ctx, tl, descs[0], gone); !errors.Is(err, objectstore.ErrNotFound) || !strings.Contains(err.Error(), "layer "+descs[0].Name+" of timeline "+tl.String()+" is gone from the object store") {
+		t.Fatalf("download of a deleted layer: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(gone)); len(ents) != 0 {
+		t.Fatalf("download of a deleted layer left %d files", len(ents))
 	}
 }
 
