@@ -268,11 +268,15 @@ func TestRestoreFromStore(t *testing.T) {
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	var latest string
 	for _, tc := range []struct {
 		at   restore.Target
 		want string
 	}{{restore.Target{Latest: true}, last}, {restore.Target{LSN: x}, atX}} {
 		dir := filepath.Join(root, strings.ReplaceAll(tc.at.String(), "/", "-"))
+		if tc.at.Latest {
+			latest = dir
+		}
 		r, err := c.RestoreFromStore(ctx, tc.at, dir, 0, StoreTimelines{}, func(s string) { t.Log(s) })
 		if err != nil {
 			t.Fatalf("restore at %s from the store: %v", tc.at, err)
@@ -321,6 +325,21 @@ func TestRestoreFromStore(t *testing.T) {
 	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("the failed restore left %s behind: %v", dir, serr)
 	}
+
+	// The way back to a running cluster after the folder was lost, as
+	// docs/operator.md gives it: the same configuration, `strata up
+	// --import` of the copy (the old timeline's layers are gone by now,
+	// and the new cluster needs none of them).
+	said := []string{}
+	u, err := c.Import(ctx, latest, func(s string) { said = append(said, s) })
+	if err != nil {
+		t.Fatalf("strata up --import of the copy from the store, on the lost cluster's configuration: %v\n%s", err, strings.Join(said, "\n"))
+	}
+	if got := queryString(t, ctx, u, restoreCheck); got != last {
+		t.Errorf("the imported cluster holds %q, want the lost one's last %q", got, last)
+	}
+	pgtool(t, u, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, u, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }
 
 // storeObjects lists the fs object store at root: key -> size.
