@@ -179,6 +179,17 @@ func startSafekeeperNodes(t testing.TB, pgPort int) []*skNode {
 	return nodes
 }
 
+// skReport says where each safekeeper's WAL and commit LSN are, for a
+// test that waits in vain for durability.
+func skReport(nodes []*skNode) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		st := n.n.Status()
+		fmt.Fprintf(&b, "%s: term %d, flush %s, commit %s; ", st.ID, st.Term, st.FlushLSN, st.CommitLSN)
+	}
+	return strings.TrimSuffix(b.String(), "; ")
+}
+
 // syncConf is the Postgres setting that makes commits wait for two of the
 // three safekeepers.
 const syncConf = "'ANY 2 (sk1, sk2, sk3)'"
@@ -515,6 +526,7 @@ func (p *pgProc) stop() {
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
+		p.t.Logf("Postgres on port %d did not stop within 60 s of SIGINT: killed", p.port)
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}

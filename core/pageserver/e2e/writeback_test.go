@@ -112,7 +112,11 @@ func TestWritebackFUSE(t *testing.T) {
 	}
 	ctx := context.Background()
 	pgPort := pgtest.FreePort(t)
-	sks := startSafekeepers(t, pgPort)
+	nodes := startSafekeeperNodes(t, pgPort)
+	var sks []string
+	for _, n := range nodes {
+		sks = append(sks, n.addr)
+	}
 	cfg := pageserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.ImagePolicy = "writeback"
@@ -242,10 +246,15 @@ func TestWritebackFUSE(t *testing.T) {
 		t.Logf("fsyncs through the mount: %d, total wait %v, mean %v (the wait is the commit LSN from the safekeepers reaching W)", nf, tf.Round(time.Millisecond), (tf / time.Duration(nf)).Round(time.Microsecond))
 	}
 	var info []client.TimelineInfo
-	waitFor(t, 60*time.Second, "no pending versions", func() bool {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		info, err = h.c.ListTimelines(ctx)
-		return err == nil && len(info) == 1 && info[0].LSNs.Pending == 0
-	})
+		if err == nil && len(info) == 1 && info[0].LSNs.Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pending versions not released 60 s after Postgres stopped: compute W %s; pageserver %+v, %v; safekeepers %s", w, info, err, skReport(nodes))
+		}
+	}
 	t.Logf("compute W %s; pageserver %+v", w, info[0].LSNs)
 
 	// The compute's view (read through the mount) equals the pageserver's.
