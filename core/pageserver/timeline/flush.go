@@ -348,7 +348,7 @@ func (t *Timeline) checkRemote(ctx context.Context) error {
 			if !known[d.Name] {
 				t.fenced = true
 				t.log.Error().Uint64("generation", rm.Generation).Uint64("local_generation", t.gen).Str("unknown_layer", d.Name).
-					Msg("fenced: the object store holds a newer manifest of this timeline, published by another pageserver; uploads stop")
+					Msg("fenced: the object store holds a newer manifest of this timeline, published by another pageserver (or this folder is an older copy); this pageserver neither uploads nor, once it finds this at open, serves it")
 				return fmt.Errorf("%w: the object store holds generation %d of %s (this pageserver's is %d), naming layer %s that this pageserver does not have (if this pageserver's folder %s is an older copy, move it away: the pageserver then starts from the object store)",
 					manifest.ErrFenced, rm.Generation, t.id, t.gen, d.Name, t.dir)
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
@@ -174,7 +176,10 @@ func TestCrashBetweenPublishAndSave(t *testing.T) {
 
 // TestFencedAtRestart: a pageserver restarted after another one took the
 // timeline over (the store's newer manifest names layers it does not
-// have) is fenced at its first upload.
+// have) refuses to open it, before it serves any of its older pages,
+// saying to move its folder away; once it is, the timeline opens from the
+// store with the newer pages. A timeline already open when the other
+// pageserver publishes is fenced at its next upload (TestFencingAndEviction).
 func TestFencedAtRestart(t *testing.T) {
 	commit, id, dir, store := remoteRig(t, 10)
 	a := openT(t, dir, commit, store, id, nil, 0)
@@ -183,14 +188,19 @@ func TestFencedAtRestart(t *testing.T) {
 	b := openT(t, t.TempDir(), commit, store, id, nil, 0)
 	putAndUpload(t, b, 10, 20)
 	b.Close()
-	a = openT(t, dir, commit, store, id, nil, 0)
-	defer a.Close()
-	if _, err := a.PutPages(context.Background(), []PageWrite{{Page: rel.Page(0), W: 600, Data: page(60)}}); err != nil {
+	_, err := Open(context.Background(), id, dir, smallOpts(), Deps{Log: zerolog.Nop(), Commit: commit, Remote: store})
+	if !errors.Is(err, manifest.ErrFenced) || !strings.Contains(err.Error(), "move it away") {
+		t.Fatalf("reopening the older copy: %v; want ErrFenced saying to move the folder away", err)
+	}
+	if err := os.Rename(dir, dir+".old"); err != nil {
 		t.Fatal(err)
 	}
-	_ = a.Flush(context.Background())
-	if err := a.Upload(context.Background()); !errors.Is(err, manifest.ErrFenced) {
-		t.Fatalf("old owner not fenced: %v", err)
+	a = openT(t, dir, commit, store, id, nil, 0)
+	defer a.Close()
+	for i := 0; i < 20; i++ {
+		if got, err := a.GetPage(context.Background(), rel.Page(uint32(i)), LatestLSN, 0); err != nil || !bytes.Equal(got, page(byte(i))) {
+			t.Fatalf("page %d from the store after the folder was moved away: %v", i, err)
+		}
 	}
 	checkPages(t, store, id, commit, 20)
 }

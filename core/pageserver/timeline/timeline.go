@@ -393,12 +393,42 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		t.graceEnd = d.Now().Add(opts.LeaseGrace)
 		t.log.Info().Dur("for", opts.LeaseGrace).Msg("GC keeps the cutoff until readers have renewed their leases")
 	}
+	if err := t.checkRemoteAtOpen(ctx); err != nil {
+		return nil, err
+	}
 	t.d.Metrics.observeLayers(t)
 	if !opts.NoBackground {
 		t.wg.Add(1)
 		go t.background()
 	}
 	return t, nil
+}
+
+// openCheckTimeout bounds checkRemoteAtOpen: an object store that does not
+// answer delays the check to the first upload, not the start.
+const openCheckTimeout = 30 * time.Second
+
+// checkRemoteAtOpen runs checkRemote when the timeline was opened from its
+// local manifest, before it serves a read: a folder that is an older copy
+// of the timeline (another pageserver has published newer layers since)
+// would otherwise serve its older pages until its first upload found it
+// fenced. That is refused here, with what to do. Any other failure of the
+// check (the store unreachable, layers lost from it) leaves it to the
+// first upload, as before: the local pages are this timeline's newest.
+func (t *Timeline) checkRemoteAtOpen(ctx context.Context) error {
+	if t.d.Remote == nil || t.remoteChecked.Load() {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, openCheckTimeout)
+	defer cancel()
+	err := t.checkRemote(cctx)
+	if errors.Is(err, manifest.ErrFenced) {
+		return err
+	}
+	if err != nil {
+		t.log.Warn().Err(err).Msg("checking the local manifest against the object store at open (checked again before the first upload)")
+	}
+	return nil
 }
 
 // removeStrays deletes local files that no manifest names (a crash between
