@@ -166,12 +166,13 @@ type Cluster struct {
 	// (docs/benchmarks.md, Safekeepers).
 	SafekeeperRawSyscalls bool `mapstructure:"safekeeper_raw_syscalls"`
 	// SafekeeperWALRetain is how much archived WAL each safekeeper keeps
-	// on its disk in writeback mode, where no pageserver ingests WAL and
-	// so none says what it may remove (`strata safekeeper
+	// on its disk with image policy writeback, where no pageserver
+	// ingests WAL and so none says what it may remove (`strata safekeeper
 	// --archive-retain`; default 1GiB; 0 keeps all of it). Older WAL is
 	// read from the archive (a compute that starts from an old
-	// checkpoint). Redo mode removes WAL below what the pageserver made
-	// durable instead.
+	// checkpoint). With a policy that ingests WAL (fpi, pushdown, hot, and
+	// redo mode), WAL below what the pageserver made durable is removed
+	// instead.
 	SafekeeperWALRetain string `mapstructure:"safekeeper_wal_retain"`
 }
 
