@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,6 +139,39 @@ func TestRestore(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "new")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused restore left %s: %v", filepath.Join(root, "new"), err)
 	}
+
+	// The pageserver killed (-9) while a restore reads: its supervisor
+	// starts it again, and the restore asks again until it answers and
+	// finishes with the same data.
+	sup := procPID(t, c, "pageserver")
+	var said []string
+	killed := 0
+	r, err := c.Restore(ctx, restore.Target{LSN: x}, filepath.Join(root, "through-restart"), 0, func(s string) {
+		said = append(said, s)
+		if strings.HasPrefix(s, "WAL from") && killed == 0 {
+			if kids := childPIDs(sup); len(kids) == 1 {
+				killed = kids[0]
+				syscall.Kill(killed, syscall.SIGKILL)
+			}
+		}
+	})
+	if err != nil || killed == 0 {
+		t.Fatalf("restore while the pageserver (pid %d) was killed: %v\n%s", killed, err, strings.Join(said, "\n"))
+	}
+	joined := strings.Join(said, "\n")
+	for _, l := range said {
+		if strings.Contains(l, "the pageserver") {
+			t.Logf("restore through a pageserver restart (pid %d killed), in %s: %s", killed, r.Took, l)
+		}
+	}
+	if !strings.Contains(joined, "the pageserver does not answer") || !strings.Contains(joined, "the pageserver answers again") {
+		t.Errorf("the restore through a pageserver restart said:\n%s\nwant that it waited for the pageserver, and when it answered again", joined)
+	}
+	_, stop = startRestored(t, ctx, r)
+	if got := queryString(t, ctx, r.URL, restoreCheck); got != atX {
+		t.Errorf("restore at %s through a pageserver restart holds %q, want %q", x, got, atX)
+	}
+	stop()
 	if err := c.Down(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,12 +41,22 @@ func writeBase(ctx context.Context, o Options, x pg.LSN, progress func(string)) 
 			return res, err
 		}
 	}
-	files, rels, err := o.Pageserver.ListFiles(ctx, o.FilesTimeline, x)
+	var (
+		files []client.FileInfo
+		rels  []pg.RelTag
+	)
+	err := o.down.ask(ctx, func() (err error) {
+		files, rels, err = o.Pageserver.ListFiles(ctx, o.FilesTimeline, x)
+		return err
+	})
 	if err != nil {
 		return res, fmt.Errorf("restore: list the files at %s: %w", x, err)
 	}
 	if o.FilesTimeline != o.Timeline {
-		if _, rels, err = o.Pageserver.ListFiles(ctx, o.Timeline, x); err != nil {
+		if err := o.down.ask(ctx, func() (err error) {
+			_, rels, err = o.Pageserver.ListFiles(ctx, o.Timeline, x)
+			return err
+		}); err != nil {
 			return res, fmt.Errorf("restore: list the relations at %s: %w", x, err)
 		}
 	}
@@ -54,7 +64,11 @@ func writeBase(ctx context.Context, o Options, x pg.LSN, progress func(string)) 
 		if skipFile(f.Path) {
 			continue
 		}
-		data, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, f.Path, x)
+		var data []byte
+		err := o.down.ask(ctx, func() (err error) {
+			data, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, f.Path, x)
+			return err
+		})
 		if err != nil {
 			return res, fmt.Errorf("restore: %s at %s: %w", f.Path, x, err)
 		}
@@ -90,7 +104,11 @@ func writeBase(ctx context.Context, o Options, x pg.LSN, progress func(string)) 
 	var total int64
 	for i := 0; i < len(rels); i += 1000 {
 		part := rels[i:min(len(rels), i+1000)]
-		got, err := o.Pageserver.Nblocks(ctx, o.Timeline, part, x, o.notModifiedSince(x))
+		var got []client.RelSize
+		err := o.down.ask(ctx, func() (err error) {
+			got, err = o.Pageserver.Nblocks(ctx, o.Timeline, part, x, o.notModifiedSince(x))
+			return err
+		})
 		if err != nil {
 			return res, fmt.Errorf("restore: relation sizes at %s: %w", x, err)
 		}
@@ -185,7 +203,16 @@ func writeRel(ctx context.Context, o Options, x pg.LSN, r pg.RelTag, n uint32, d
 		for ; b < n && len(reqs) < pagesPerBatch; b++ {
 			reqs = append(reqs, client.PageRequest{Page: r.Page(b), RequestLSN: x, NotModifiedSince: o.notModifiedSince(x)})
 		}
-		got, err := o.Pageserver.GetPages(ctx, o.Timeline, reqs)
+		var got []client.PageResult
+		err := o.down.ask(ctx, func() (err error) {
+			got, err = o.Pageserver.GetPages(ctx, o.Timeline, reqs)
+			for i := 0; err == nil && i < len(got); i++ {
+				if outage(got[i].Err) {
+					err = got[i].Err // redo mode: ingest behind X after a restart
+				}
+			}
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("restore: pages of %s at %s: %w", r, x, err)
 		}

@@ -144,6 +144,9 @@ type Options struct {
 	End pg.LSN
 	// Progress gets a line now and then (nil: none).
 	Progress func(string)
+
+	// down asks the pageserver again while it does not answer (Run sets it).
+	down *outages
 	Log      zerolog.Logger
 }
 
@@ -191,6 +194,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
+	o.down = &outages{limit: pageserverOutage, say: o.Progress}
 	if o.FilesTimeline == (pg.TimelineID{}) {
 		o.FilesTimeline = o.Timeline
 	}
@@ -244,7 +248,11 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := hold.move(ctx, x); err != nil {
 		return nil, err
 	}
-	ctlBytes, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, x)
+	var ctlBytes []byte
+	err = o.down.ask(ctx, func() (err error) {
+		ctlBytes, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, x)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("restore: %s at %s: %w", ControlFile, x, err)
 	}
@@ -463,7 +471,10 @@ func firstControl(ctx context.Context, o Options, lo, end pg.LSN) (pg.LSN, error
 	hi := end
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		_, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, mid)
+		err := o.down.ask(ctx, func() error {
+			_, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, mid)
+			return err
+		})
 		switch {
 		case err == nil:
 			hi = mid

@@ -174,7 +174,11 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 func lsnForTime(ctx context.Context, o Options, oldest, end pg.LSN) (pg.LSN, error) {
 	t := o.At.Time
 	early := func(l pg.LSN) (bool, time.Time, error) {
-		ctl, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, l)
+		var ctl []byte
+		err := o.down.ask(ctx, func() (err error) {
+			ctl, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, l)
+			return err
+		})
 		if err != nil {
 			return false, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, l, err)
 		}
