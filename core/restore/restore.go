@@ -147,7 +147,7 @@ type Options struct {
 
 	// down asks the pageserver again while it does not answer (Run sets it).
 	down *outages
-	Log      zerolog.Logger
+	Log  zerolog.Logger
 }
 
 // Result says what was restored.
