@@ -144,10 +144,10 @@ type Options struct {
 	End pg.LSN
 	// Progress gets a line now and then (nil: none).
 	Progress func(string)
+	Log      zerolog.Logger
 
 	// down asks the pageserver again while it does not answer (Run sets it).
 	down *outages
-	Log  zerolog.Logger
 }
 
 // Result says what was restored.
