@@ -77,6 +77,14 @@ func (c *Cluster) restore(ctx context.Context, at restore.Target, dir string, po
 		WAL:      agent.WALSource{Safekeepers: c.safekeeperAddrs(), Archive: store, Prefix: "wal"},
 		Postgres: postgres.Server{BinDir: c.cfg.Compute.PGBinDir, OSUser: c.cfg.Compute.OSUser},
 		Dir:      abs, Port: port, At: at, Progress: progress, Log: c.log,
+		// A pageserver that stops answering is waited for while its
+		// supervisor restarts it, not after `strata down`.
+		Stopped: func() error {
+			if _, ok := c.Running(); !ok {
+				return errors.New("the cluster was stopped while the restore read: start it with strata up and restore again")
+			}
+			return nil
+		},
 	}
 	if adjust != nil {
 		adjust(&o)

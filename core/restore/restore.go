@@ -145,6 +145,10 @@ type Options struct {
 	// Progress gets a line now and then (nil: none).
 	Progress func(string)
 	Log      zerolog.Logger
+	// Stopped, when set, says why a pageserver that stopped answering
+	// will not come back (its cluster was stopped), or nil: a restore
+	// waits for it only while Stopped is nil.
+	Stopped func() error
 
 	// down asks the pageserver again while it does not answer (Run sets it).
 	down *outages
@@ -194,7 +198,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if o.Progress == nil {
 		o.Progress = func(string) {}
 	}
-	o.down = &outages{limit: pageserverOutage, say: o.Progress}
+	o.down = &outages{limit: pageserverOutage, say: o.Progress, stopped: o.Stopped}
 	if o.FilesTimeline == (pg.TimelineID{}) {
 		o.FilesTimeline = o.Timeline
 	}

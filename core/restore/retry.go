@@ -26,10 +26,11 @@ const pageserverOutage = 2 * time.Minute
 // and when it answers again: the workers that read pages at once share
 // it.
 type outages struct {
-	mu    sync.Mutex
-	since time.Time // zero: none now
-	limit time.Duration
-	say   func(string)
+	mu      sync.Mutex
+	since   time.Time // zero: none now
+	limit   time.Duration
+	say     func(string)
+	stopped func() error // nil, or Options.Stopped
 }
 
 // outage reports whether err says the pageserver is not there for now
@@ -60,6 +61,11 @@ func (u *outages) ask(ctx context.Context, call func() error) error {
 				u.mu.Unlock()
 			}
 			return err
+		}
+		if u.stopped != nil {
+			if why := u.stopped(); why != nil {
+				return fmt.Errorf("%w (%v)", err, why)
+			}
 		}
 		u.mu.Lock()
 		if u.since.IsZero() {

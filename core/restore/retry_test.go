@@ -18,7 +18,8 @@ import (
 // connection refused, the stream cut, redo ingest behind X) is asked
 // again, said once per outage, and succeeds when the pageserver answers;
 // any other error is returned at once; an outage longer than the limit
-// fails saying how long it lasted.
+// fails saying how long it lasted, and one whose cluster was stopped
+// fails at once, saying so.
 func TestAskThroughOutage(t *testing.T) {
 	ctx := context.Background()
 	var said []string
@@ -50,6 +51,12 @@ func TestAskThroughOutage(t *testing.T) {
 	}
 	if err := (*outages)(nil).ask(ctx, func() error { calls++; return down[0] }); status.Code(err) != codes.Unavailable || calls != 2 {
 		t.Fatalf("without outages: %v after %d calls; want one call", err, calls)
+	}
+
+	calls = 0
+	u = &outages{limit: time.Minute, say: func(string) {}, stopped: func() error { return errors.New("the cluster was stopped") }}
+	if err := u.ask(ctx, func() error { calls++; return down[0] }); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the cluster was stopped") || calls != 1 {
+		t.Fatalf("an outage of a stopped cluster: %v after %d calls; want it at once, saying so", err, calls)
 	}
 
 	u = &outages{limit: 300 * time.Millisecond, say: func(string) {}}
