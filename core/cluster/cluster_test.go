@@ -53,7 +53,15 @@ func consecutiveFree(t *testing.T, n int) int {
 		base := nextPort
 		nextPort += n + 1
 		ok := true
+		var releases []func()
 		for i := 0; i < n && ok; i++ {
+			// Claimed first: no other test binary gets it meanwhile.
+			release, claimed := netport.Claim(base + i)
+			if !claimed {
+				ok = false
+				continue
+			}
+			releases = append(releases, release)
 			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(base+i)))
 			if err != nil {
 				ok = false
@@ -62,7 +70,15 @@ func consecutiveFree(t *testing.T, n int) int {
 			l.Close()
 		}
 		if ok {
+			t.Cleanup(func() {
+				for _, r := range releases {
+					r()
+				}
+			})
 			return base
+		}
+		for _, r := range releases {
+			r()
 		}
 	}
 	t.Fatal("no free port range")

@@ -13,8 +13,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Floor is the lowest port Block returns (below it are well-known
@@ -77,4 +79,31 @@ func free(base, n int) bool {
 		l.Close()
 	}
 	return true
+}
+
+// Claim keeps port from every other process that claims it until release
+// is called or this process ends (a kill -9 included): a lock on a file
+// named after the port in a folder of the temporary directory. It
+// reports false when another live process holds it.
+//
+// Test binaries run at once (`go test ./...`) pick ports on their own;
+// a port one of them picked and has not listened on yet is free to the
+// others' listen check. A server's client that dials the port in that
+// window (a test safekeeper polls Postgres' port while initdb runs) then
+// reaches another test's server: seen as safekeepers that took another
+// cluster's system identifier and never streamed. Claiming closes that.
+func Claim(port int) (release func(), ok bool) {
+	dir := filepath.Join(os.TempDir(), "strata-test-ports")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return func() {}, true // no folder to lock in: the listen check alone
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return func() {}, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
 }

@@ -2,8 +2,13 @@ package netport
 
 import (
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestBlockBelowEphemeral(t *testing.T) {
@@ -51,6 +56,67 @@ func TestBlockSkipsTakenPorts(t *testing.T) {
 				t.Fatalf("Block returned %d..%d, but %d is taken: %v", base, base+2, p, err)
 			}
 			held = append(held, l) // keep them: the next blocks must avoid them
+		}
+	}
+}
+
+// TestClaim: a claimed port is refused to every other claim, in this
+// process or another (util-linux flock(1) holding the same lock), until
+// it is released or its holder is killed with -9.
+func TestClaim(t *testing.T) {
+	port, err := Block(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, ok := Claim(port)
+	if !ok {
+		t.Fatalf("port %d: a first claim was refused", port)
+	}
+	if _, ok := Claim(port); ok {
+		t.Fatalf("port %d: claimed twice", port)
+	}
+	release()
+	release, ok = Claim(port)
+	if !ok {
+		t.Fatalf("port %d: refused after its release", port)
+	}
+	release()
+
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("no flock(1) to hold a claim from another process")
+	}
+	// flock and its sleep (which inherits the locked file) in a process
+	// group of their own, killed together.
+	cmd := exec.Command("flock", "-n", filepath.Join(os.TempDir(), "strata-test-ports", strconv.Itoa(port)), "sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+	held := false
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r, ok := Claim(port); !ok {
+			held = true
+			break
+		} else {
+			r()
+		}
+	}
+	if !held {
+		t.Fatalf("port %d: claimed while another process held it", port)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// The sleep, killed with flock, may close the file a moment later.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if r, ok := Claim(port); ok {
+			r()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port %d: refused after its holder was killed", port)
 		}
 	}
 }

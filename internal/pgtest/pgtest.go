@@ -113,8 +113,9 @@ func Chown(path string) error {
 // and the server's listen, or while a server is down between two starts
 // ("address already in use", seen in CI). And the kernel may hand out one
 // ephemeral port twice to a test that picks several before any listens.
-// Each process starts its walk at its own offset, so two test binaries
-// running at once rarely meet.
+// Each process starts its walk at its own offset, and claims the port
+// (netport.Claim) until the test ends, so that no other test binary
+// running at once is given it.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	givenMu.Lock()
@@ -132,12 +133,18 @@ func FreePort(t testing.TB) int {
 		if given[port] {
 			continue
 		}
+		release, ok := netport.Claim(port)
+		if !ok {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
+			release()
 			continue
 		}
 		l.Close()
 		given[port] = true
+		t.Cleanup(release)
 		return port
 	}
 	t.Fatalf("pgtest: no free port between %d and %d", portFloor, limit)

@@ -526,7 +526,7 @@ func (p *pgProc) stop() {
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
-		p.t.Logf("Postgres on port %d did not stop within 60 s of SIGINT: killed", p.port)
+		p.t.Errorf("Postgres on port %d did not stop within 60 s of SIGINT: killed", p.port)
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
