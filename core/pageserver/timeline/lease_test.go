@@ -22,10 +22,7 @@ import (
 func TestLease(t *testing.T) {
 	ctx := context.Background()
 	commit := &CommitLSN{}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := testClock()
 	opts := smallOpts()
 	opts.GCHorizon = 10
 	tl, err := Open(ctx, pg.TimelineID{9}, t.TempDir(), opts, Deps{Log: zerolog.Nop(), Commit: commit, Redo: concatRedo{}, Now: clock})
@@ -121,10 +118,7 @@ func TestLease(t *testing.T) {
 func TestLeaseAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	commit := &CommitLSN{}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := testClock()
 	opts := smallOpts()
 	opts.GCHorizon = 10
 	opts.LeaseGrace = time.Minute
@@ -184,4 +178,13 @@ func TestLeaseAfterRestart(t *testing.T) {
 	if c := gc(tl); c != 2000-10 {
 		t.Fatalf("cutoff %s after the grace and the lease; want %s", c, pg.LSN(2000-10))
 	}
+}
+
+// testClock is a clock for Deps.Now that moves only when advanced.
+func testClock() (clock func() time.Time, advance func(time.Duration)) {
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance = func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	return clock, advance
 }
