@@ -272,9 +272,34 @@ func (r *Remote) Publish(ctx context.Context, tl pg.TimelineID, m *Manifest) err
 	}
 	err = r.Store.Put(ctx, ManifestKey(tl, m.Generation), bytes.NewReader(b), objectstore.PutOptions{IfNotExists: true, Size: int64(len(b))})
 	if errors.Is(err, objectstore.ErrExists) {
+		// A retried create whose first attempt reached the store before it
+		// failed (objectstore.WithRetry reports that as ErrExists) finds
+		// this very manifest there: published, not fenced.
+		if own, rerr := r.holds(ctx, tl, m); rerr == nil && own {
+			return nil
+		}
 		return fmt.Errorf("%w: generation %d of %s exists", ErrFenced, m.Generation, tl)
 	}
 	return err
+}
+
+// holds reports whether the store's manifest of m's generation has m's
+// content.
+func (r *Remote) holds(ctx context.Context, tl pg.TimelineID, m *Manifest) (bool, error) {
+	rc, err := r.Store.Get(ctx, ManifestKey(tl, m.Generation))
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
+	if err != nil {
+		return false, err
+	}
+	there, err := Decode(b)
+	if err != nil {
+		return false, err
+	}
+	return there.SameContent(m), nil
 }
 
 // Download copies a layer file to dst atomically (temp file written

@@ -3,12 +3,15 @@ package manifest
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
@@ -157,5 +160,44 @@ func TestSameContent(t *testing.T) {
 	}
 	if a.SameContent(nil) || !(*Manifest)(nil).SameContent(nil) {
 		t.Error("nil handling")
+	}
+}
+
+// landThenFail is a store whose first conditional create reaches the
+// inner store and then fails as a cut connection would.
+type landThenFail struct {
+	objectstore.Store
+	failed bool
+}
+
+func (l *landThenFail) Put(ctx context.Context, key string, r io.Reader, o objectstore.PutOptions) error {
+	err := l.Store.Put(ctx, key, r, o)
+	if err == nil && o.IfNotExists && !l.failed {
+		l.failed = true
+		return objectstore.Transient(errors.New("connection reset by peer"))
+	}
+	return err
+}
+
+// TestPublishRetriedCreate: a manifest create that landed but reported a
+// transient failure is retried by objectstore.WithRetry, whose second
+// attempt finds the object (ErrExists): it is this manifest, so Publish
+// succeeds instead of fencing the pageserver. Another manifest of that
+// generation still fences.
+func TestPublishRetriedCreate(t *testing.T) {
+	ctx := context.Background()
+	inner := objectstore.NewMemory()
+	r := &Remote{Store: objectstore.WithRetry(&landThenFail{Store: inner}, objectstore.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}, zerolog.Nop())}
+	tl := pg.TimelineID{4}
+	m := &Manifest{Version: 1, Timeline: tl.String(), Generation: 1, DiskConsistentLSN: 100}
+	if err := r.Publish(ctx, tl, m); err != nil {
+		t.Fatalf("publish through a create that landed and reported a failure: %v", err)
+	}
+	if got, err := r.Latest(ctx, tl); err != nil || !got.SameContent(m) {
+		t.Fatalf("latest: %+v, %v", got, err)
+	}
+	other := &Manifest{Version: 1, Timeline: tl.String(), Generation: 1, DiskConsistentLSN: 200}
+	if err := r.Publish(ctx, tl, other); !errors.Is(err, ErrFenced) {
+		t.Fatalf("another manifest of generation 1: %v, want ErrFenced", err)
 	}
 }
