@@ -143,7 +143,10 @@ func Save(ctx context.Context, st objectstore.Store, tl pg.TimelineID, keys []pg
 	prefix := Prefix(tl)
 	name := prefix + fmt.Sprintf("%020d", now.UnixNano())
 	data := Encode(keys)
-	if err := st.Put(ctx, name, bytes.NewReader(data), objectstore.PutOptions{IfNotExists: true, Size: int64(len(data))}); err != nil {
+	// The name is this moment's, to the nanosecond: an object already
+	// there is this list, from a retried create whose first attempt
+	// landed before its connection failed.
+	if err := st.Put(ctx, name, bytes.NewReader(data), objectstore.PutOptions{IfNotExists: true, Size: int64(len(data))}); err != nil && !errors.Is(err, objectstore.ErrExists) {
 		return "", fmt.Errorf("prewarm: save %s: %w", name, err)
 	}
 	old, err := list(ctx, st, prefix)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/objectstore/faulty"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -140,5 +141,23 @@ func TestSum(t *testing.T) {
 	}
 	if Sum(keys) == Sum(keys[2:]) { // block 1 gone (block 0 is listed twice)
 		t.Error("one page fewer, the same sum")
+	}
+}
+
+// TestSaveReplyLost: a save whose create reached the store but whose reply
+// was lost is retried, finds its own list there, and succeeds.
+func TestSaveReplyLost(t *testing.T) {
+	ctx := context.Background()
+	lost := faulty.New(objectstore.NewMemory(), faulty.Config{Rules: []faulty.Rule{{Ops: faulty.OpPut, Fault: faulty.FailReply, Transient: true, Times: 1}}})
+	st := objectstore.WithRetry(lost, objectstore.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}, zerolog.Nop())
+	tl := pg.TimelineID{3}
+	name, err := Save(ctx, st, tl, sampleKeys(), time.Unix(1_700_000_000, 0))
+	if err != nil || lost.Fired() != 1 {
+		t.Fatalf("save through a lost reply: %v (%d faults)", err, lost.Fired())
+	}
+	keys, got, err := Load(ctx, st, tl)
+	want, _ := Decode(Encode(sampleKeys()))
+	if err != nil || got != name || !slices.Equal(keys, want) {
+		t.Fatalf("load after it: %s, %d keys, %v", got, len(keys), err)
 	}
 }

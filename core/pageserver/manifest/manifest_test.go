@@ -3,7 +3,6 @@ package manifest
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/objectstore/faulty"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -163,22 +163,6 @@ func TestSameContent(t *testing.T) {
 	}
 }
 
-// landThenFail is a store whose first conditional create reaches the
-// inner store and then fails as a cut connection would.
-type landThenFail struct {
-	objectstore.Store
-	failed bool
-}
-
-func (l *landThenFail) Put(ctx context.Context, key string, r io.Reader, o objectstore.PutOptions) error {
-	err := l.Store.Put(ctx, key, r, o)
-	if err == nil && o.IfNotExists && !l.failed {
-		l.failed = true
-		return objectstore.Transient(errors.New("connection reset by peer"))
-	}
-	return err
-}
-
 // TestPublishRetriedCreate: a manifest create that landed but reported a
 // transient failure is retried by objectstore.WithRetry, whose second
 // attempt finds the object (ErrExists): it is this manifest, so Publish
@@ -186,12 +170,12 @@ func (l *landThenFail) Put(ctx context.Context, key string, r io.Reader, o objec
 // generation still fences.
 func TestPublishRetriedCreate(t *testing.T) {
 	ctx := context.Background()
-	inner := objectstore.NewMemory()
-	r := &Remote{Store: objectstore.WithRetry(&landThenFail{Store: inner}, objectstore.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}, zerolog.Nop())}
+	lost := faulty.New(objectstore.NewMemory(), faulty.Config{Rules: []faulty.Rule{{Ops: faulty.OpPut, Fault: faulty.FailReply, Transient: true, Times: 1}}})
+	r := &Remote{Store: objectstore.WithRetry(lost, objectstore.RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond}, zerolog.Nop())}
 	tl := pg.TimelineID{4}
 	m := &Manifest{Version: 1, Timeline: tl.String(), Generation: 1, DiskConsistentLSN: 100}
-	if err := r.Publish(ctx, tl, m); err != nil {
-		t.Fatalf("publish through a create that landed and reported a failure: %v", err)
+	if err := r.Publish(ctx, tl, m); err != nil || lost.Fired() != 1 {
+		t.Fatalf("publish through a create that landed and reported a failure: %v (%d faults)", err, lost.Fired())
 	}
 	if got, err := r.Latest(ctx, tl); err != nil || !got.SameContent(m) {
 		t.Fatalf("latest: %+v, %v", got, err)

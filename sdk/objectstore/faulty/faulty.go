@@ -69,6 +69,11 @@ const (
 	// Delay sleeps Rule.Latency (or until the context is done) before the
 	// call, which then proceeds (other rules may still fail it).
 	Delay
+	// FailReply lets a Put or Delete through to the wrapped store, and
+	// fails it once that store has done it: the reply lost to a cut
+	// connection. Retried, a conditional create then finds its own
+	// object (objectstore.ErrExists). On other operations it is FailCall.
+	FailReply
 )
 
 // Rule is one kind of fault on a set of operations.
@@ -152,6 +157,7 @@ type plan struct {
 	fail   error // FailCall
 	stream error // FailStream
 	after  int64
+	reply  error // FailReply
 }
 
 func (r *Rule) err(op Op) error {
@@ -174,7 +180,7 @@ func (f *Store) draw(op Op) plan {
 		if r.Ops&op == 0 || (r.Times > 0 && r.fired >= r.Times) {
 			continue
 		}
-		if r.Fault == FailCall && p.fail != nil || r.Fault == FailStream && (p.fail != nil || p.stream != nil) {
+		if (r.Fault == FailCall || r.Fault == FailReply) && (p.fail != nil || p.reply != nil) || r.Fault == FailStream && (p.fail != nil || p.stream != nil) {
 			continue // an earlier rule already decided
 		}
 		if r.Probability > 0 && f.rng.Float64() >= r.Probability {
@@ -189,6 +195,12 @@ func (f *Store) draw(op Op) plan {
 			p.stream, p.after = r.err(op), r.After
 		case Delay:
 			p.delay += r.Latency
+		case FailReply:
+			if op == OpPut || op == OpDelete {
+				p.reply = r.err(op)
+			} else {
+				p.fail = r.err(op)
+			}
 		}
 	}
 	return p
@@ -217,7 +229,10 @@ func (f *Store) Put(ctx context.Context, key string, r io.Reader, opts objectsto
 	if p.stream != nil {
 		r = &breakingReader{r: r, left: p.after, err: p.stream}
 	}
-	return f.s.Put(ctx, key, r, opts)
+	if err := f.s.Put(ctx, key, r, opts); err != nil {
+		return err
+	}
+	return p.reply
 }
 
 // Get implements objectstore.Store.
@@ -277,10 +292,14 @@ func (f *Store) List(ctx context.Context, prefix string, fn func(objectstore.Obj
 
 // Delete implements objectstore.Store.
 func (f *Store) Delete(ctx context.Context, key string) error {
-	if err := f.draw(OpDelete).before(ctx); err != nil {
+	p := f.draw(OpDelete)
+	if err := p.before(ctx); err != nil {
 		return err
 	}
-	return f.s.Delete(ctx, key)
+	if err := f.s.Delete(ctx, key); err != nil {
+		return err
+	}
+	return p.reply
 }
 
 // Close implements objectstore.Store; it injects nothing.

@@ -382,3 +382,26 @@ func TestMidStreamReadFailureWithoutResume(t *testing.T) {
 		t.Fatalf("read %d bytes, error %v; want 7000 bytes then the transient error", len(b), err)
 	}
 }
+
+// TestFailReply: the wrapped store has done the Put or Delete when the
+// call fails; a retried conditional create then finds its own object
+// (ErrExists), as the retry wrapper documents.
+func TestFailReply(t *testing.T) {
+	ctx := context.Background()
+	s, f, mem := stack(t, faulty.Rule{Ops: faulty.OpPut, Fault: faulty.FailReply, Transient: true, Times: 1},
+		faulty.Rule{Ops: faulty.OpDelete, Fault: faulty.FailReply, Transient: true, Times: 1})
+	want := data(2, 5000)
+	err := s.Put(ctx, "k", bytes.NewReader(want), objectstore.PutOptions{IfNotExists: true, Size: int64(len(want))})
+	if !errors.Is(err, objectstore.ErrExists) || f.Fired() != 1 {
+		t.Fatalf("conditional create whose reply was lost, retried: %v (%d faults); want ErrExists", err, f.Fired())
+	}
+	if got := read(t, mem, "k"); !bytes.Equal(got, want) {
+		t.Fatal("the create did not reach the store")
+	}
+	if err := s.Delete(ctx, "k"); err != nil || f.Fired() != 2 {
+		t.Fatalf("delete whose reply was lost, retried: %v (%d faults); want success", err, f.Fired())
+	}
+	if _, err := mem.Stat(ctx, "k"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("after the delete: %v", err)
+	}
+}
