@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -188,9 +189,25 @@ func TestFencedAtRestart(t *testing.T) {
 	b := openT(t, t.TempDir(), commit, store, id, nil, 0)
 	putAndUpload(t, b, 10, 20)
 	b.Close()
+	listing := func() string {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, e := range ents {
+			fi, _ := e.Info()
+			fmt.Fprintf(&b, "%s %d %v\n", e.Name(), fi.Size(), fi.ModTime())
+		}
+		return b.String()
+	}
+	before := listing()
 	_, err := Open(context.Background(), id, dir, smallOpts(), Deps{Log: zerolog.Nop(), Commit: commit, Remote: store})
 	if !errors.Is(err, manifest.ErrFenced) || !strings.Contains(err.Error(), "move it away") {
 		t.Fatalf("reopening the older copy: %v; want ErrFenced saying to move the folder away", err)
+	}
+	if after := listing(); after != before {
+		t.Fatalf("the refused open changed the older copy:\n%s\nwas\n%s", after, before)
 	}
 	if err := os.Rename(dir, dir+".old"); err != nil {
 		t.Fatal(err)

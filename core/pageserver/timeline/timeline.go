@@ -378,6 +378,11 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 			t.imageFloor = max(t.imageFloor, h.desc.LSNStart)
 		}
 	}
+	// Before anything in the folder is changed or opened: an older copy
+	// is left as it was.
+	if err := t.checkRemoteAtOpen(ctx); err != nil {
+		return nil, err
+	}
 	if err := t.removeStrays(hs); err != nil {
 		return nil, err
 	}
@@ -392,9 +397,6 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		// This pageserver has history here but none of the leases on it.
 		t.graceEnd = d.Now().Add(opts.LeaseGrace)
 		t.log.Info().Dur("for", opts.LeaseGrace).Msg("GC keeps the cutoff until readers have renewed their leases")
-	}
-	if err := t.checkRemoteAtOpen(ctx); err != nil {
-		return nil, err
 	}
 	t.d.Metrics.observeLayers(t)
 	if !opts.NoBackground {
