@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,19 +54,11 @@ func consecutiveFree(t *testing.T, n int) int {
 		ok := true
 		var releases []func()
 		for i := 0; i < n && ok; i++ {
-			// Claimed first: no other test binary gets it meanwhile.
-			release, claimed := netport.Claim(base + i)
-			if !claimed {
-				ok = false
-				continue
+			// Claimed: no other test binary gets it meanwhile.
+			var release func()
+			if release, ok = netport.Take(base + i); ok {
+				releases = append(releases, release)
 			}
-			releases = append(releases, release)
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", itoa(base+i)))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
 		}
 		if ok {
 			t.Cleanup(func() {

@@ -252,11 +252,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := hold.move(ctx, x); err != nil {
 		return nil, err
 	}
-	var ctlBytes []byte
-	err = o.down.ask(ctx, func() (err error) {
-		ctlBytes, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, x)
-		return err
-	})
+	ctlBytes, err := o.control(ctx, x)
 	if err != nil {
 		return nil, fmt.Errorf("restore: %s at %s: %w", ControlFile, x, err)
 	}
@@ -456,7 +452,7 @@ func Oldest(ctx context.Context, ps *client.Client, tl, filesTL pg.TimelineID) (
 		return 0, time.Time{}, err
 	}
 	oldest = max(oldest, first)
-	ctl, err := ps.GetFile(ctx, o.FilesTimeline, ControlFile, oldest)
+	ctl, err := o.control(ctx, oldest)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, oldest, err)
 	}
@@ -475,10 +471,7 @@ func firstControl(ctx context.Context, o Options, lo, end pg.LSN) (pg.LSN, error
 	hi := end
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		err := o.down.ask(ctx, func() error {
-			_, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, mid)
-			return err
-		})
+		_, err := o.control(ctx, mid)
 		switch {
 		case err == nil:
 			hi = mid

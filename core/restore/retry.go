@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // pageserverOutage is how long a restore keeps asking a pageserver that
@@ -84,4 +85,14 @@ func (u *outages) ask(ctx context.Context, call func() error) error {
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// control reads pg_control of the files timeline at lsn, asking again
+// through a pageserver outage.
+func (o Options) control(ctx context.Context, lsn pg.LSN) (ctl []byte, err error) {
+	err = o.down.ask(ctx, func() (err error) {
+		ctl, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, lsn)
+		return err
+	})
+	return ctl, err
 }

@@ -174,11 +174,7 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 func lsnForTime(ctx context.Context, o Options, oldest, end pg.LSN) (pg.LSN, error) {
 	t := o.At.Time
 	early := func(l pg.LSN) (bool, time.Time, error) {
-		var ctl []byte
-		err := o.down.ask(ctx, func() (err error) {
-			ctl, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, l)
-			return err
-		})
+		ctl, err := o.control(ctx, l)
 		if err != nil {
 			return false, time.Time{}, fmt.Errorf("restore: %s at %s: %w", ControlFile, l, err)
 		}
@@ -209,7 +205,7 @@ func lsnForTime(ctx context.Context, o Options, oldest, end pg.LSN) (pg.LSN, err
 			hi = mid - 1
 		}
 	}
-	ctl, err := o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, lo)
+	ctl, err := o.control(ctx, lo)
 	if err != nil {
 		return 0, err
 	}

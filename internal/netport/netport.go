@@ -107,3 +107,17 @@ func Claim(port int) (release func(), ok bool) {
 	}
 	return func() { f.Close() }, true
 }
+
+// Take claims port (Claim) and checks that it can be listened on now; it
+// reports false, holding nothing, when either fails.
+func Take(port int) (release func(), ok bool) {
+	release, ok = Claim(port)
+	if !ok {
+		return nil, false
+	}
+	if !free(port, 1) {
+		release()
+		return nil, false
+	}
+	return release, true
+}

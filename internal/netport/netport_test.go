@@ -120,3 +120,33 @@ func TestClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestTake: a port is taken only when it is both unclaimed and free to
+// listen on; a refused take holds nothing.
+func TestTake(t *testing.T) {
+	port, err := Block(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, ok := Take(port)
+	if !ok {
+		t.Fatalf("port %d: refused though free", port)
+	}
+	if _, ok := Take(port); ok {
+		t.Fatalf("port %d: taken twice", port)
+	}
+	release()
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Take(port); ok {
+		t.Fatalf("port %d: taken while a server listens on it", port)
+	}
+	l.Close()
+	release, ok = Take(port) // the refused take left no claim behind
+	if !ok {
+		t.Fatalf("port %d: refused once free again", port)
+	}
+	release()
+}
