@@ -336,10 +336,11 @@ func (c *Cluster) up(ctx context.Context, importDir string, progress func(string
 	if err := c.saveGroup(); err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(filepath.Join(c.dataDir, "timeline")); errors.Is(err, os.ErrNotExist) {
-		if line := c.otherTimelines(ctx); line != "" {
-			progress(line)
-		}
+	_, err = os.Stat(filepath.Join(c.dataDir, "timeline"))
+	if line, err := c.checkStore(ctx, errors.Is(err, os.ErrNotExist)); err != nil {
+		return "", err
+	} else if line != "" {
+		progress(line)
 	}
 	tl, err := c.timeline()
 	if err != nil {

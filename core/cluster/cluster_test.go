@@ -21,59 +21,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
-	"github.com/stratadb/strata/internal/netport"
+	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/sdk/objectstore"
 )
 
-// Test servers listen below the kernel's ephemeral port range: a port
-// from that range, free when picked, can become the local port of an
-// outgoing connection while its server is down, and the server's restart
-// then fails with "address already in use" (seen in CI: a safekeeper
-// restarted by TestSafekeeperMissingAtStartJoinsLater).
-func ephemeralStart() int {
-	if lo, _ := netport.EphemeralRange(); lo > 12000 {
-		return lo
-	}
-	return 32768
-}
-
-var nextPort = 10000 + os.Getpid()%2000*5
-
-// consecutiveFree finds n consecutive free ports below the ephemeral
-// range.
+// consecutiveFree finds n consecutive free ports below the kernel's
+// ephemeral range, claimed until the test ends (pgtest.FreePorts).
 func consecutiveFree(t *testing.T, n int) int {
 	t.Helper()
-	limit := ephemeralStart()
-	for tries := 0; tries < 4000; tries++ {
-		if nextPort+n > limit {
-			nextPort = 10000
-		}
-		base := nextPort
-		nextPort += n + 1
-		ok := true
-		var releases []func()
-		for i := 0; i < n && ok; i++ {
-			// Claimed: no other test binary gets it meanwhile.
-			var release func()
-			if release, ok = netport.Take(base + i); ok {
-				releases = append(releases, release)
-			}
-		}
-		if ok {
-			t.Cleanup(func() {
-				for _, r := range releases {
-					r()
-				}
-			})
-			return base
-		}
-		for _, r := range releases {
-			r()
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
+	return pgtest.FreePorts(t, n)
 }
 
 // freePorts finds n free ports below the ephemeral range.

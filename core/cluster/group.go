@@ -153,29 +153,37 @@ func (c *Cluster) checkGroupChange() (string, error) {
 	return fmt.Sprintf("the safekeeper group changes from %s to %s: %s hold all the WAL (up to %s)", old, cur, strings.Join(complete, ", "), newest.flush), nil
 }
 
-// otherTimelines returns a line for the operator when a new cluster is
-// made on an object store that already holds other clusters' timelines:
-// a cluster whose data folder was lost cannot be started again from them
-// (its safekeepers' WAL and its secrets were in that folder), and an
-// operator who expected `strata up` to find it should hear so before new
-// data goes into a new, empty cluster. "" when the store holds none, or
-// cannot be listed (the pageserver then says why).
-func (c *Cluster) otherTimelines(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+// checkStore lists the timelines in the object store before anything
+// starts. A store that cannot be used (a bucket that does not exist,
+// credentials it refuses, an endpoint that does not answer) fails `strata
+// up` here, in the store's own words, and not after the safekeepers have
+// started, in the pageserver's log.
+//
+// For a new cluster (fresh) it also returns a line for the operator when
+// the store already holds other clusters' timelines: a cluster whose data
+// folder was lost cannot be started again from them (its safekeepers' WAL
+// and its secrets were in that folder), and an operator who expected
+// `strata up` to find it should hear so before new data goes into a new,
+// empty cluster.
+func (c *Cluster) checkStore(ctx context.Context, fresh bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := objstore.Open(ctx, c.cfg.ObjectStore, zerolog.Nop(), nil)
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("cluster: opening the %s object store, before starting anything: %w", c.cfg.ObjectStore.Type, err)
 	}
 	defer st.Close()
 	tls, err := (&manifest.Remote{Store: st}).Timelines(ctx)
-	if err != nil || len(tls) == 0 {
-		return ""
+	if err != nil {
+		return "", fmt.Errorf("cluster: the %s object store cannot be listed, so nothing was started: %w", c.cfg.ObjectStore.Type, err)
+	}
+	if !fresh || len(tls) == 0 {
+		return "", nil
 	}
 	var ids []string
 	for _, tl := range tls {
 		ids = append(ids, tl.String())
 	}
 	return fmt.Sprintf("the object store already holds %d timeline(s) of other clusters (%s): this new cluster makes its own; a cluster whose data folder was lost cannot be started from the object store alone (docs/operator.md)",
-		len(ids), brief.Join(ids, 3))
+		len(ids), brief.Join(ids, 3)), nil
 }

@@ -261,10 +261,10 @@ func TestObjectStoreChanged(t *testing.T) {
 	}
 }
 
-// TestOtherTimelinesNamed: a new cluster on an object store that holds
+// TestCheckStore: a new cluster on an object store that holds
 // another cluster's timeline says so before it makes its own; on an empty
-// store it says nothing.
-func TestOtherTimelinesNamed(t *testing.T) {
+// store it says nothing; a store that cannot be used fails the up.
+func TestCheckStore(t *testing.T) {
 	dir := t.TempDir()
 	cfg := config.Default()
 	cfg.Cluster.DataDir = filepath.Join(dir, "state")
@@ -275,8 +275,8 @@ func TestOtherTimelinesNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if line := c.otherTimelines(ctx); line != "" {
-		t.Fatalf("an empty store: %q", line)
+	if line, err := c.checkStore(ctx, true); line != "" || err != nil {
+		t.Fatalf("an empty store: %q, %v", line, err)
 	}
 	st, err := objstore.Open(ctx, cfg.ObjectStore, zerolog.Nop(), nil)
 	if err != nil {
@@ -287,7 +287,22 @@ func TestOtherTimelinesNamed(t *testing.T) {
 	if err := (&manifest.Remote{Store: st}).Publish(ctx, other, &manifest.Manifest{Version: 1, Timeline: other.String(), Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if line := c.otherTimelines(ctx); !strings.Contains(line, "already holds 1 timeline(s) of other clusters ("+other.String()+")") {
-		t.Fatalf("a store with another cluster's timeline: %q", line)
+	if line, err := c.checkStore(ctx, true); err != nil || !strings.Contains(line, "already holds 1 timeline(s) of other clusters ("+other.String()+")") {
+		t.Fatalf("a store with another cluster's timeline: %q, %v", line, err)
+	}
+	if line, err := c.checkStore(ctx, false); line != "" || err != nil {
+		t.Fatalf("the same store for a cluster that has its timeline: %q, %v", line, err)
+	}
+
+	// A store that cannot be listed fails the check, in its own words.
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ObjectStore.FS.Root = filepath.Join(dir, "file", "objects")
+	if c, err = New(&cfg, "strata", zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.checkStore(ctx, true); err == nil || !strings.Contains(err.Error(), "so nothing was started") && !strings.Contains(err.Error(), "before starting anything") {
+		t.Fatalf("a store under a file: %v", err)
 	}
 }

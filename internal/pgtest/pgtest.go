@@ -118,6 +118,14 @@ func Chown(path string) error {
 // running at once is given it.
 func FreePort(t testing.TB) int {
 	t.Helper()
+	return FreePorts(t, 1)
+}
+
+// FreePorts is FreePort for n consecutive ports (a `strata up` cluster
+// listens on the safekeeper port and the n-1 after it): it returns the
+// first, all n claimed until the test ends.
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
 	givenMu.Lock()
 	defer givenMu.Unlock()
 	limit := ephemeralStart()
@@ -125,24 +133,47 @@ func FreePort(t testing.TB) int {
 		nextPort = portFloor + os.Getpid()%1500*7
 	}
 	for tries := 0; tries < limit-portFloor; tries++ {
-		if nextPort >= limit {
+		if nextPort+n > limit {
 			nextPort = portFloor
 		}
-		port := nextPort
+		base := nextPort
 		nextPort++
-		if given[port] {
-			continue
+		if releases, ok := takeAll(base, n); ok {
+			for p := base; p < base+n; p++ {
+				given[p] = true
+			}
+			nextPort = base + n
+			t.Cleanup(func() {
+				for _, r := range releases {
+					r()
+				}
+			})
+			return base
 		}
-		release, ok := netport.Take(port)
-		if !ok {
-			continue
-		}
-		given[port] = true
-		t.Cleanup(release)
-		return port
 	}
-	t.Fatalf("pgtest: no free port between %d and %d", portFloor, limit)
+	t.Fatalf("pgtest: no %d free consecutive ports between %d and %d", n, portFloor, limit)
 	return 0
+}
+
+// takeAll takes (netport.Take) ports base..base+n-1 that no earlier call
+// returned, or none of them.
+func takeAll(base, n int) ([]func(), bool) {
+	var releases []func()
+	for p := base; p < base+n; p++ {
+		var release func()
+		ok := !given[p]
+		if ok {
+			release, ok = netport.Take(p)
+		}
+		if !ok {
+			for _, r := range releases {
+				r()
+			}
+			return nil, false
+		}
+		releases = append(releases, release)
+	}
+	return releases, true
 }
 
 // FreeAddr is FreePort as a host:port address.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/plugins/objectstore/azure"
@@ -83,6 +84,26 @@ func TestAzurite(t *testing.T) {
 	t.Run("Blocks", func(t *testing.T) { testBlocks(t, az) })
 	t.Run("PrefixIsolation", func(t *testing.T) { testPrefixIsolation(t, az) })
 	t.Run("Plugin", func(t *testing.T) { testPlugin(t, az) })
+	t.Run("MissingContainer", func(t *testing.T) { testMissingContainer(t, az) })
+}
+
+// testMissingContainer: a container that does not exist is an error of
+// its own, neither not found nor transient, that names the container and
+// the key that makes it, in one line.
+func testMissingContainer(t *testing.T, az *azuretest.Azurite) {
+	cfg := az.Config("absent", "p")
+	cfg.CreateContainer = false
+	st, err := azure.New(context.Background(), cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	err = st.List(context.Background(), "", func(objectstore.ObjectInfo) error { return nil })
+	if err == nil || errors.Is(err, objectstore.ErrNotFound) || objectstore.IsTransient(err) ||
+		!strings.Contains(err.Error(), `container "absent" does not exist`) || !strings.Contains(err.Error(), "create_container") ||
+		strings.Contains(err.Error(), "\n") || !bloberror.HasCode(err, bloberror.ContainerNotFound) {
+		t.Fatalf("List on a missing container: %v", err)
+	}
 }
 
 var runs atomic.Int64

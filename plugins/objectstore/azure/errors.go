@@ -37,6 +37,13 @@ func (s *Store) mapErr(ctx context.Context, op, key string, err error) error {
 	}
 	status := statusOf(err)
 	switch {
+	case bloberror.HasCode(err, bloberror.ContainerNotFound):
+		// The SDK's own text is a dozen lines of HTTP exchange; the chain
+		// keeps it.
+		return &shortError{
+			msg: fmt.Sprintf("azure %s %q: container %q does not exist (create it; on an emulator, objectstore.azure.create_container: true makes it): 404 ContainerNotFound", op, key, s.cfg.Container),
+			err: err,
+		}
 	case bloberror.HasCode(err, bloberror.BlobNotFound) || (status == 404 && !bloberror.HasCode(err, bloberror.ContainerNotFound)):
 		return fmt.Errorf("azure %s %q: %w", op, key, objectstore.ErrNotFound)
 	case status == 416 || bloberror.HasCode(err, bloberror.InvalidRange):
@@ -111,3 +118,12 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 }
 
 func (b *bodyReader) Close() error { return b.rc.Close() }
+
+// shortError says msg and unwraps to err.
+type shortError struct {
+	msg string
+	err error
+}
+
+func (e *shortError) Error() string { return e.msg }
+func (e *shortError) Unwrap() error { return e.err }

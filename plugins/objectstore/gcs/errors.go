@@ -37,6 +37,8 @@ func (s *Store) mapErr(ctx context.Context, op, key string, err error) error {
 	}
 	status := httpStatus(err)
 	switch {
+	case errors.Is(err, storage.ErrBucketNotExist):
+		return fmt.Errorf("gcs %s %q: bucket %q does not exist (create it; on an emulator, objectstore.gcs.create_bucket: true makes it): %w", op, key, s.cfg.Bucket, err)
 	case errors.Is(err, storage.ErrObjectNotExist):
 		return fmt.Errorf("gcs %s %q: %w", op, key, objectstore.ErrNotFound)
 	case status == 416:

@@ -149,3 +149,17 @@ func TestPrefixIsolation(t *testing.T) {
 		t.Fatalf("Put of a key that is too long with the prefix: %v, want ErrInvalidKey", err)
 	}
 }
+
+// TestMissingBucket: a bucket that does not exist is an error of its own,
+// neither not found nor transient, that names the bucket and the key
+// that makes it.
+func TestMissingBucket(t *testing.T) {
+	open := emulator(t, func(c *gcs.Config) { c.Bucket, c.CreateBucket = "absent", false })
+	st := open(t)
+	defer st.Close()
+	err := st.List(context.Background(), "", func(objectstore.ObjectInfo) error { return nil })
+	if err == nil || errors.Is(err, objectstore.ErrNotFound) || objectstore.IsTransient(err) ||
+		!strings.Contains(err.Error(), `bucket "absent" does not exist`) || !strings.Contains(err.Error(), "create_bucket") {
+		t.Fatalf("List on a missing bucket: %v", err)
+	}
+}

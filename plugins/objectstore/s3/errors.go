@@ -58,6 +58,12 @@ func (s *Store) mapErr(ctx context.Context, op, key string, err error) error {
 	}
 	status, code := errorStatus(err)
 	switch {
+	case code == "NoSuchBucket":
+		where := ""
+		if s.cfg.Endpoint != "" {
+			where = " at " + s.cfg.Endpoint
+		}
+		return fmt.Errorf("s3 %s %q: bucket %q does not exist%s (create it; on a test server or emulator, objectstore.s3.create_bucket: true makes it): %w", op, key, s.cfg.Bucket, where, err)
 	case code == "NoSuchKey" || (status == 404 && code != "NoSuchBucket" && code != "NoSuchUpload"):
 		return fmt.Errorf("s3 %s %q: %w", op, key, objectstore.ErrNotFound)
 	case code == "InvalidRange" || status == 416:

@@ -352,6 +352,12 @@ func TestErrorMapping(t *testing.T) {
 		}
 	}
 
+	// A missing bucket names itself, its endpoint and the way out.
+	script("GET", fakeResp{404, "NoSuchBucket"})
+	if err := getErr(); err == nil || !strings.Contains(err.Error(), `bucket "b" does not exist at `+srv.URL+" (create it") {
+		t.Errorf("NoSuchBucket: %v, want it to name the bucket and the endpoint", err)
+	}
+
 	// 409 ConditionalRequestConflict: ErrExists only if the object now
 	// exists (HEAD 200), otherwise transient (HEAD 404).
 	f.mu.Lock()

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/plugins/objectstore/azure/azuretest"
+	"github.com/stratadb/strata/plugins/objectstore/gcs/gcstest"
+	"github.com/stratadb/strata/plugins/objectstore/s3/s3test"
+)
+
+// TestUpOnEveryStore runs a whole cluster on each cloud store's real
+// emulator, the way an operator would: the objectstore section in the
+// YAML file, credentials in the environment, `strata up`, SQL, `strata
+// down`. Then the cluster's data folder is deleted, and `strata restore
+// --from-store` must give the database back from the store alone: the
+// layers, manifests and archived WAL went to the cloud store, not to a
+// folder. Before that, `strata up` on a bucket (container) that does not
+// exist must fail before it starts anything, naming the bucket and the
+// key that creates it.
+func TestUpOnEveryStore(t *testing.T) {
+	if _, err := os.Stat(pgBin("postgres")); err != nil {
+		t.Skip("PostgreSQL 15 not installed")
+	}
+	bin := buildStrata(t)
+	for _, tc := range []struct {
+		name string
+		// setup starts the emulator and returns the objectstore section
+		// for a bucket; create adds the key that creates it.
+		setup   func(t *testing.T) func(bucket string, create bool) string
+		missing string // what a missing bucket's error says
+	}{
+		{"s3", func(t *testing.T) func(string, bool) string {
+			gw := s3test.StartVersityGW(t)
+			gw.SetEnv(t)
+			return func(bucket string, create bool) string {
+				return "  type: s3\n  s3:\n    bucket: " + bucket + "\n    prefix: c1\n    endpoint: " + gw.Endpoint +
+					"\n    region: " + gw.Region + "\n    path_style: true\n    create_bucket: " + strconv.FormatBool(create) + "\n"
+			}
+		}, `bucket "absent" does not exist`},
+		{"gcs", func(t *testing.T) func(string, bool) string {
+			f := gcstest.StartFakeGCS(t)
+			f.SetEnv(t)
+			return func(bucket string, create bool) string {
+				return "  type: gcs\n  gcs:\n    bucket: " + bucket + "\n    prefix: c1\n    project_id: strata-test\n    create_bucket: " + strconv.FormatBool(create) + "\n"
+			}
+		}, `bucket "absent" does not exist`},
+		{"azure", func(t *testing.T) func(string, bool) string {
+			az := azuretest.StartAzurite(t)
+			t.Setenv("STRATA_OBJECTSTORE_AZURE_CONNECTION_STRING", az.ConnectionString)
+			return func(bucket string, create bool) string {
+				return "  type: azure\n  azure:\n    container: " + bucket + "\n    prefix: c1\n    create_container: " + strconv.FormatBool(create) + "\n"
+			}
+		}, `container "absent" does not exist`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			section := tc.setup(t)
+			dir := clusterDir(t)
+			cfg := filepath.Join(dir, "strata.yaml")
+			writeCfg := func(store string) {
+				y := "cluster:\n  data_dir: " + filepath.Join(dir, "state") +
+					"\n  safekeeper_port: " + strconv.Itoa(pgtest.FreePorts(t, 4)) +
+					"\n  metrics_port: 0\ncompute:\n  port: " + strconv.Itoa(pgtest.FreePort(t)) +
+					"\n  memory_budget: 256MB\nobjectstore:\n" + store
+				if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() {
+				if _, e, code := run(t, bin, dir, nil, "--config", cfg, "down"); code != 0 {
+					t.Errorf("strata down at cleanup: exit %d: %s", code, e)
+				}
+			})
+
+			// A bucket that does not exist: refused before anything starts.
+			writeCfg(section("absent", false))
+			_, e, code := run(t, bin, dir, nil, "--config", cfg, "up")
+			if code == 0 || !strings.Contains(e, tc.missing) || !strings.Contains(e, "create_") || strings.Contains(e, "safekeeper sk1 on") {
+				t.Fatalf("strata up on a missing bucket: exit %d, stderr:\n%s\nwant a failure before any process starts, saying %q and the create_ key", code, e, tc.missing)
+			}
+			if _, e, code := run(t, bin, dir, nil, "--config", cfg, "status"); code != 1 || !strings.Contains(e, "not running") {
+				t.Fatalf("status after the refused up: exit %d, %s", code, e)
+			}
+
+			writeCfg(section("strata-data", true))
+			out, e, code := run(t, bin, dir, nil, "--config", cfg, "up")
+			if code != 0 {
+				t.Fatalf("strata up: exit %d\n%s", code, e)
+			}
+			url := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+			psql(t, url, `CREATE TABLE t (a int PRIMARY KEY, b text);
+				INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
+				CHECKPOINT;
+				INSERT INTO t SELECT g, 'after the checkpoint' FROM generate_series(20001, 25000) g;`)
+			want := psql(t, url, "SELECT count(*), sum(a), md5(string_agg(b, ',' ORDER BY a)) FROM t")
+			if !strings.HasPrefix(want, "25000|312512500|") {
+				t.Fatalf("the table reads %q", want)
+			}
+			if _, e, code := run(t, bin, dir, nil, "--config", cfg, "down"); code != 0 {
+				t.Fatalf("strata down: exit %d\n%s", code, e)
+			}
+
+			// The machine's folder is lost; the store has the database.
+			if err := os.RemoveAll(filepath.Join(dir, "state")); err != nil {
+				t.Fatal(err)
+			}
+			to := filepath.Join(dir, "copy")
+			out, e, code = run(t, bin, dir, nil, "--config", cfg, "restore", "--from-store", "--at", "latest", "--to", to)
+			if code != 0 {
+				t.Fatalf("strata restore --from-store: exit %d\n%s\n%s", code, out, e)
+			}
+			m := regexp.MustCompile(`127\.0\.0\.1:(\d+)/`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no port in the restore's output:\n%s", out)
+			}
+			pgCtl(t, to, "start", "-w", "-l", filepath.Join(to, "postgres.log"))
+			t.Cleanup(func() { pgCtl(t, to, "stop", "-m", "immediate", "-w") })
+			got := asPostgres(t, "psql", "-X", "-Atq", "-h", to, "-p", m[1], "-d", "postgres",
+				"-c", "SELECT count(*), sum(a), md5(string_agg(b, ',' ORDER BY a)) FROM t")
+			if got != want {
+				t.Fatalf("the copy restored from %s alone reads %q, the cluster read %q", tc.name, got, want)
+			}
+		})
+	}
+}
+
+func pgBin(name string) string { return filepath.Join("/usr/lib/postgresql/15/bin", name) }
+
+// clusterDir makes a folder the postgres OS user can reach (a cluster's
+// data folder is below it) and removes it when the test ends, after the
+// cleanups registered later (the cluster's down) ran.
+func clusterDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "strata-cmd-up-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// psql runs sql on url and returns its unaligned output.
+func psql(t *testing.T, url, sql string) string {
+	t.Helper()
+	out, err := exec.Command(pgBin("psql"), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql).CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// asPostgres runs a PostgreSQL program as the postgres OS user (a stock
+// data folder's owner) and returns its output.
+func asPostgres(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(pgBin(name), args...)
+	cred, err := pgtest.Credential()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", pgBin(name)}, args...)...)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func pgCtl(t *testing.T, dataDir string, args ...string) {
+	t.Helper()
+	asPostgres(t, "pg_ctl", append([]string{"-D", dataDir}, args...)...)
+}
