@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +25,8 @@ import (
 // layers, manifests and archived WAL went to the cloud store, not to a
 // folder. Before that, `strata up` on a bucket (container) that does not
 // exist must fail before it starts anything, naming the bucket and the
-// key that creates it.
+// key that creates it. S3 runs twice: builtin, and as an external plugin
+// process (objectstore.mode: external) that every server launches.
 func TestUpOnEveryStore(t *testing.T) {
 	if _, err := os.Stat(pgBin("postgres")); err != nil {
 		t.Skip("PostgreSQL 15 not installed")
@@ -41,6 +44,18 @@ func TestUpOnEveryStore(t *testing.T) {
 			gw.SetEnv(t)
 			return func(bucket string, create bool) string {
 				return "  type: s3\n  s3:\n    bucket: " + bucket + "\n    prefix: c1\n    endpoint: " + gw.Endpoint +
+					"\n    region: " + gw.Region + "\n    path_style: true\n    create_bucket: " + strconv.FormatBool(create) + "\n"
+			}
+		}, `bucket "absent" does not exist`},
+		{"s3-external", func(t *testing.T) func(string, bool) string {
+			// The same store as its own process: every server of the
+			// cluster (and up, and restore) launches the plugin.
+			gw := s3test.StartVersityGW(t)
+			gw.SetEnv(t)
+			plugin := pluginBinary(t, "s3")
+			return func(bucket string, create bool) string {
+				return "  type: s3\n  mode: external\n  plugin:\n    path: " + plugin + "\n    sha256: " + sha256File(t, plugin) +
+					"\n  s3:\n    bucket: " + bucket + "\n    prefix: c1\n    endpoint: " + gw.Endpoint +
 					"\n    region: " + gw.Region + "\n    path_style: true\n    create_bucket: " + strconv.FormatBool(create) + "\n"
 			}
 		}, `bucket "absent" does not exist`},
@@ -128,6 +143,29 @@ func TestUpOnEveryStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pluginBinary builds the external object store plugin of that name into
+// the test's folder.
+func pluginBinary(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "strata-objectstore-"+name)
+	cmd := exec.Command("go", "build", "-o", bin, "./plugins/objectstore/"+name+"/cmd/strata-objectstore-"+name)
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build the %s plugin: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+func sha256File(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func pgBin(name string) string { return filepath.Join("/usr/lib/postgresql/15/bin", name) }
