@@ -278,6 +278,7 @@ func (n *Node) Run(ctx context.Context) error {
 // streamLoop keeps a replication session with the followed Postgres,
 // reconnecting after failures and switching on term changes.
 func (n *Node) streamLoop(ctx context.Context) {
+	var refused connectFailures
 	for ctx.Err() == nil {
 		n.mu.Lock()
 		target := n.follow
@@ -303,6 +304,7 @@ func (n *Node) streamLoop(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, context.Canceled) {
+			refused = connectFailures{}
 			continue // term change
 		}
 		if walRemoved(err) {
@@ -324,7 +326,10 @@ func (n *Node) streamLoop(ctx context.Context) {
 				n.log.Error().Err(err).Str("data_dir", n.cfg.DataDir).Dur("retry", delay).
 					Msg("safekeeper: disk full, WAL cannot be stored; commits go on with the other safekeepers of the quorum; free space in the data folder and this safekeeper catches up")
 			}
+		} else if errors.Is(err, stream.ErrConnect) {
+			refused.note(n.log, time.Now(), err)
 		} else {
+			refused = connectFailures{}
 			n.log.Warn().Err(err).Msg("safekeeper: replication session ended; reconnecting")
 		}
 		select {
@@ -332,6 +337,34 @@ func (n *Node) streamLoop(ctx context.Context) {
 		case <-time.After(delay):
 		case <-n.wake:
 		}
+	}
+}
+
+// connectWarnAfter is how long Postgres may refuse replication connections
+// before a safekeeper warns, and then how often it says so again.
+const connectWarnAfter = 30 * time.Second
+
+// connectFailures keeps a Postgres that does not accept replication
+// connections from filling the log with a line every ReconnectDelay. While
+// the compute starts Postgres (initdb, crash recovery, a restart after a
+// crash) that is expected: the first failure of a run is said at info; a
+// run that lasts connectWarnAfter is said at warn, and then once per
+// connectWarnAfter, with the number of attempts.
+type connectFailures struct {
+	since, said time.Time
+	attempts    int
+}
+
+func (c *connectFailures) note(log zerolog.Logger, now time.Time, err error) {
+	c.attempts++
+	switch {
+	case c.attempts == 1:
+		c.since, c.said = now, now
+		log.Info().Err(err).Msg("safekeeper: Postgres does not accept the replication connection yet; retrying")
+	case now.Sub(c.said) >= connectWarnAfter:
+		c.said = now
+		log.Warn().Err(err).Int("attempts", c.attempts).Str("for", now.Sub(c.since).Round(time.Second).String()).
+			Msg("safekeeper: still no replication connection to Postgres; retrying")
 	}
 }
 

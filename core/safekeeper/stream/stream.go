@@ -41,6 +41,9 @@ var (
 	// ErrEndOfStream: Postgres ended the replication stream (end of timeline
 	// or shutdown).
 	ErrEndOfStream = errors.New("stream: Postgres ended the replication stream")
+	// ErrConnect: no replication connection could be made (Postgres not
+	// up yet, or refusing the role); the cause is joined to it.
+	ErrConnect = errors.New("stream: connect")
 )
 
 // Config says where and how to stream.
@@ -102,7 +105,7 @@ func Run(ctx context.Context, cfg Config, st *walstore.Store, obs Observer) erro
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pcfg)
 	if err != nil {
-		return fmt.Errorf("stream: connect: %w", err)
+		return fmt.Errorf("%w: %w", ErrConnect, err)
 	}
 	defer conn.Close(context.Background())
 
