@@ -374,6 +374,12 @@ type ObjectStore struct {
 	Mode string `mapstructure:"mode"`
 	// Plugin describes the external plugin binary (Mode external only).
 	Plugin ExternalPlugin `mapstructure:"plugin"`
+	// StallTimeout ends a call to a cloud store (every type but fs) that
+	// makes no progress for this long, as a transient failure that is
+	// retried (objectstore.WithStallTimeout): a store that stops answering
+	// without closing its connections would otherwise hold the call for
+	// many minutes. 0 turns it off.
+	StallTimeout time.Duration `mapstructure:"stall_timeout"`
 
 	FS    fs.Config    `mapstructure:"fs"`
 	S3    s3.Config    `mapstructure:"s3"`
@@ -425,9 +431,10 @@ func Default() Config {
 			PITR: time.Hour, GCHorizon: "64MiB", ImageLayerBytes: "256MiB"},
 		Log: Log{Level: "info", Format: "auto"},
 		ObjectStore: ObjectStore{
-			Type: "fs",
-			Mode: ModeBuiltin,
-			FS:   fs.Config{Root: filepath.Join(".strata", "objects")},
+			Type:         "fs",
+			Mode:         ModeBuiltin,
+			StallTimeout: 2 * time.Minute,
+			FS:           fs.Config{Root: filepath.Join(".strata", "objects")},
 		},
 	}
 }
@@ -542,6 +549,9 @@ func (o *ObjectStore) Validate() error {
 		}
 	default:
 		return fmt.Errorf("objectstore.mode: %q: want builtin or external", o.Mode)
+	}
+	if o.StallTimeout < 0 {
+		return fmt.Errorf("objectstore.stall_timeout: %s: want a duration of 0 (off) or more", o.StallTimeout)
 	}
 	if err := o.sectionValidate(); err != nil {
 		return fmt.Errorf("objectstore.%w", err)

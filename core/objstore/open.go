@@ -1,7 +1,7 @@
 // Package objstore opens the object store that a strata config names: a
 // builtin plugin linked into this binary or an external plugin process, in
-// both cases wrapped with metrics and retries. It is the one place that
-// switches on objectstore.type.
+// both cases wrapped with metrics, retries and, for the cloud stores, a
+// stall timeout. It is the one place that switches on objectstore.type.
 package objstore
 
 import (
@@ -42,6 +42,12 @@ func Open(ctx context.Context, cfg config.ObjectStore, log zerolog.Logger, reg p
 	}
 	if reg != nil {
 		s = objectstore.WithMetrics(s, reg, cfg.Type)
+	}
+	if cfg.Type != "fs" {
+		// A local folder's calls do not end on a cancelled context, and
+		// fs puts a layer file by a hard link, which the wrapper would
+		// turn into a copy.
+		s = objectstore.WithStallTimeout(s, cfg.StallTimeout)
 	}
 	return objectstore.WithRetry(s, objectstore.DefaultRetryPolicy(), log), nil
 }
