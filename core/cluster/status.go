@@ -20,6 +20,7 @@ import (
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/sklink"
+	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/sdk/pg"
@@ -60,6 +61,9 @@ type Status struct {
 	// PageserverLease: the lowest LSN a lease holds GC below (a restore
 	// reading there; zero when none).
 	PageserverLease pg.LSN
+	// PageserverUpload: the current run of failed uploads to the object
+	// store (zero when the last one succeeded).
+	PageserverUpload timeline.UploadTrouble
 	// RestoreFrom and RestoreFromTime: the oldest moment `strata restore`
 	// reaches (zero when the pageserver does not say).
 	RestoreFrom     pg.LSN
@@ -192,6 +196,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 					if t.ID == tl {
 						s.PageserverLast, s.PageserverDurable, s.PageserverRemote = t.LSNs.LastRecord, t.LSNs.Durable, t.LSNs.RemoteConsistent
 						s.PageserverGCCutoff = t.LSNs.GCCutoff
+						s.PageserverUpload = t.Upload
 					}
 					if l := t.LSNs.Lease; (t.ID == tl || t.ID == filesTL) && l > 0 && (s.PageserverLease == 0 || l < s.PageserverLease) {
 						s.PageserverLease = l
@@ -240,6 +245,12 @@ func (s *Status) Print(w io.Writer) {
 			lease = fmt.Sprintf("  held at %s by a lease (a restore)", s.PageserverLease)
 		}
 		fmt.Fprintf(w, "pageserver  timeline %s  last_record %s  durable %s  remote %s  gc_cutoff %s%s%s\n", s.Timeline, s.PageserverLast, s.PageserverDurable, s.PageserverRemote, s.PageserverGCCutoff, lease, ingest)
+		if u := s.PageserverUpload; u.Failures > 0 {
+			// remote stays behind while this lasts; the data is safe on
+			// the pageserver's disk and in the safekeepers.
+			fmt.Fprintf(w, "pageserver  uploads to the object store failing since %s (%d in a row): %s\n",
+				u.Since.Local().Format("15:04:05"), u.Failures, u.Err)
+		}
 	}
 	if s.RestoreFrom > 0 {
 		fmt.Fprintf(w, "restore   from %s (%s) on: strata restore --at LSN|TIME --to DIR\n", s.RestoreFromTime.Local().Format("2006-01-02 15:04:05 -07:00"), s.RestoreFrom)

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/safekeeper/server"
 )
 
@@ -104,6 +106,16 @@ func TestStatusGroupCommit(t *testing.T) {
 	s.Print(&b)
 	if !strings.Contains(b.String(), "pageserver  timeline abc  last_record 0/FA0  durable 0/0  remote 0/0  gc_cutoff 0/0  ingest_lag 800 B") {
 		t.Fatalf("status:\n%s", b.String())
+	}
+	if strings.Contains(b.String(), "uploads to the object store failing") {
+		t.Fatalf("upload trouble shown while uploads work:\n%s", b.String())
+	}
+	// Uploads that fail are said, with since when and why.
+	s.PageserverUpload = timeline.UploadTrouble{Since: time.Date(2026, 12, 6, 21, 3, 45, 0, time.Local), Failures: 4, Err: "objectstore: put \"x\": the object store stopped answering"}
+	b.Reset()
+	s.Print(&b)
+	if !strings.Contains(b.String(), "pageserver  uploads to the object store failing since 21:03:45 (4 in a row): objectstore: put \"x\": the object store stopped answering") {
+		t.Fatalf("status with failing uploads:\n%s", b.String())
 	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
 	if got := groupCommit(s.Safekeepers); got != 3000 {

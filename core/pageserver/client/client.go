@@ -582,6 +582,9 @@ type TimelineInfo struct {
 	// compute term (0: never set).
 	Incarnation uint64
 	Term        uint64
+	// Upload: the current run of failed uploads to the object store
+	// (zero: the last upload succeeded).
+	Upload timeline.UploadTrouble
 }
 
 func fromInfo(i *pb.TimelineInfo) TimelineInfo {
@@ -593,6 +596,9 @@ func fromInfo(i *pb.TimelineInfo) TimelineInfo {
 		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Lease: pg.LSN(i.Lease), Pending: int(i.Pending)}
 	t.Layers = int(i.Layers)
 	t.Incarnation, t.Term = i.Incarnation, i.Term
+	if i.UploadFailures > 0 {
+		t.Upload = timeline.UploadTrouble{Since: time.UnixMilli(i.UploadFailingSinceMs), Failures: int(i.UploadFailures), Err: i.UploadError}
+	}
 	return t
 }
 

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,5 +281,54 @@ func TestLeaseLSN(t *testing.T) {
 	}
 	if _, err := c.LeaseLSN(ctx, pg.TimelineID{0xBB}, 0x5000, "test", time.Minute); !errors.Is(err, pageserver.ErrNoTimeline) {
 		t.Fatalf("a lease on an unknown timeline: %v, want ErrNoTimeline", err)
+	}
+}
+
+// downStore is a store whose Puts fail while down is set.
+type downStore struct {
+	objectstore.Store
+	down atomic.Bool
+}
+
+func (d *downStore) Put(ctx context.Context, key string, r io.Reader, opts objectstore.PutOptions) error {
+	if d.down.Load() {
+		return errors.New("the store is down")
+	}
+	return d.Store.Put(ctx, key, r, opts)
+}
+
+// TestUploadTroubleReported: while uploads to the object store fail, the
+// timeline's info says since when, how many and why (what `strata status`
+// prints); the next upload that succeeds clears it.
+func TestUploadTroubleReported(t *testing.T) {
+	ctx := context.Background()
+	store := &downStore{Store: objectstore.NewMemory()}
+	store.down.Store(true)
+	h := start(t, t.TempDir(), store)
+	before := time.Now().Add(-time.Second)
+	if _, err := h.c.CreateTimeline(ctx, tl); err != nil { // its first upload fails
+		t.Fatal(err)
+	}
+	ptl, err := h.ps.Timeline(tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ptl.Upload(ctx); err == nil {
+		t.Fatal("an upload to a store that is down succeeded")
+	}
+	infos, err := h.c.ListTimelines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := infos[0].Upload
+	if u.Failures < 2 || !strings.Contains(u.Err, "the store is down") || u.Since.Before(before) || u.Since.After(time.Now()) {
+		t.Fatalf("upload trouble while the store is down: %+v", u)
+	}
+	store.down.Store(false)
+	if err := ptl.Upload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err = h.c.ListTimelines(ctx); err != nil || infos[0].Upload.Failures != 0 || infos[0].Upload.Err != "" {
+		t.Fatalf("upload trouble after an upload succeeded: %+v, %v", infos, err)
 	}
 }

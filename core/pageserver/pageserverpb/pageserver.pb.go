@@ -1628,9 +1628,15 @@ type TimelineInfo struct {
 	Incarnation         uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	Term                uint64                 `protobuf:"varint,12,opt,name=term,proto3" json:"term,omitempty"`
 	// lease: the lowest LSN a running lease holds GC below (0: none).
-	Lease         uint64 `protobuf:"varint,13,opt,name=lease,proto3" json:"lease,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Lease uint64 `protobuf:"varint,13,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The current run of failed uploads to the object store (0 failures:
+	// the last upload succeeded): since when (Unix milliseconds), how many,
+	// and the last error.
+	UploadFailingSinceMs int64  `protobuf:"varint,14,opt,name=upload_failing_since_ms,json=uploadFailingSinceMs,proto3" json:"upload_failing_since_ms,omitempty"`
+	UploadFailures       uint32 `protobuf:"varint,15,opt,name=upload_failures,json=uploadFailures,proto3" json:"upload_failures,omitempty"`
+	UploadError          string `protobuf:"bytes,16,opt,name=upload_error,json=uploadError,proto3" json:"upload_error,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TimelineInfo) Reset() {
@@ -1752,6 +1758,27 @@ func (x *TimelineInfo) GetLease() uint64 {
 		return x.Lease
 	}
 	return 0
+}
+
+func (x *TimelineInfo) GetUploadFailingSinceMs() int64 {
+	if x != nil {
+		return x.UploadFailingSinceMs
+	}
+	return 0
+}
+
+func (x *TimelineInfo) GetUploadFailures() uint32 {
+	if x != nil {
+		return x.UploadFailures
+	}
+	return 0
+}
+
+func (x *TimelineInfo) GetUploadError() string {
+	if x != nil {
+		return x.UploadError
+	}
+	return ""
 }
 
 type ListTimelinesRequest struct {
@@ -2331,7 +2358,7 @@ const file_pageserver_proto_rawDesc = "" +
 	"\x0fTimelineRequest\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
-	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\xa0\x03\n" +
+	"\fancestor_lsn\x18\x03 \x01(\x04R\vancestorLsn\"\xa3\x04\n" +
 	"\fTimelineInfo\x12\x1a\n" +
 	"\btimeline\x18\x01 \x01(\fR\btimeline\x12\x1a\n" +
 	"\bancestor\x18\x02 \x01(\fR\bancestor\x12!\n" +
@@ -2348,7 +2375,10 @@ const file_pageserver_proto_rawDesc = "" +
 	" \x01(\rR\x06layers\x12 \n" +
 	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12\x12\n" +
 	"\x04term\x18\f \x01(\x04R\x04term\x12\x14\n" +
-	"\x05lease\x18\r \x01(\x04R\x05lease\"\x16\n" +
+	"\x05lease\x18\r \x01(\x04R\x05lease\x125\n" +
+	"\x17upload_failing_since_ms\x18\x0e \x01(\x03R\x14uploadFailingSinceMs\x12'\n" +
+	"\x0fupload_failures\x18\x0f \x01(\rR\x0euploadFailures\x12!\n" +
+	"\fupload_error\x18\x10 \x01(\tR\vuploadError\"\x16\n" +
 	"\x14ListTimelinesRequest\"Y\n" +
 	"\x15ListTimelinesResponse\x12@\n" +
 	"\ttimelines\x18\x01 \x03(\v2\".strata.pageserver.v1.TimelineInfoR\ttimelines\"T\n" +

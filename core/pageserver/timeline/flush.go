@@ -207,8 +207,42 @@ func (t *Timeline) Publish(ctx context.Context) error {
 // Upload uploads every layer file not yet in the object store (in
 // parallel), then publishes the next manifest generation, then deletes the
 // objects of layers that the new manifest no longer names. It returns
-// manifest.ErrFenced when another pageserver published first.
+// manifest.ErrFenced when another pageserver published first. A failure
+// is kept for UploadTrouble until an upload succeeds.
 func (t *Timeline) Upload(ctx context.Context) error {
+	err := t.upload(ctx)
+	t.uploadMu.Lock()
+	defer t.uploadMu.Unlock()
+	if err == nil {
+		t.uploadTrouble = UploadTrouble{}
+		return nil
+	}
+	if t.uploadTrouble.Failures == 0 {
+		t.uploadTrouble.Since = t.d.Now()
+	}
+	t.uploadTrouble.Failures++
+	t.uploadTrouble.Err = err.Error()
+	return err
+}
+
+// UploadTrouble says since when uploads to the object store fail; the
+// zero value when the last one succeeded (or none was tried).
+type UploadTrouble struct {
+	// Since: the first failure of the current run; Failures: how many
+	// uploads failed since; Err: the last one's error.
+	Since    time.Time
+	Failures int
+	Err      string
+}
+
+// UploadTrouble returns the current run of failed uploads.
+func (t *Timeline) UploadTrouble() UploadTrouble {
+	t.uploadMu.Lock()
+	defer t.uploadMu.Unlock()
+	return t.uploadTrouble
+}
+
+func (t *Timeline) upload(ctx context.Context) error {
 	if t.d.Remote == nil {
 		return nil
 	}

@@ -246,6 +246,9 @@ type Timeline struct {
 	// the object store in Deps.Remote (checkRemote); until then no layer is
 	// evicted.
 	remoteChecked atomic.Bool
+	// uploadTrouble: the current run of failed uploads (UploadTrouble).
+	uploadMu      sync.Mutex
+	uploadTrouble UploadTrouble
 
 	seq        atomic.Uint64
 	lastRecord atomic.Uint64 // highest LSN ingested or put
