@@ -89,7 +89,10 @@ type SafekeeperStatus struct {
 	// StartLSN: its oldest local WAL (older WAL, once archived, was
 	// removed); ArchivedLSN: all WAL below it is in the object store.
 	StartLSN, ArchivedLSN pg.LSN
-	Err                   string
+	// Archive: the current run of failed archive steps (zero when the
+	// last one succeeded).
+	Archive server.Trouble
+	Err     string
 }
 
 // Status reads the state file, checks each process and asks Postgres for
@@ -172,7 +175,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 				ss.Err = rpcReason(err)
 			} else {
 				ss.Term, ss.Accepted, ss.FlushLSN, ss.CommitLSN = r.Term, r.Accepted, r.FlushLSN, r.CommitLSN
-				ss.StartLSN, ss.ArchivedLSN = r.StartLSN, r.ArchivedLSN
+				ss.StartLSN, ss.ArchivedLSN, ss.Archive = r.StartLSN, r.ArchivedLSN, r.Archive
 				for id, fb := range r.Consumers {
 					if s.Consumers == nil {
 						s.Consumers = map[string]server.Feedback{}
@@ -270,6 +273,11 @@ func (s *Status) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "safekeeper %s  term %d  flush %s  own commit %s  local WAL from %s  archived %s\n",
 			k.Name, k.Term, k.FlushLSN, k.CommitLSN, k.StartLSN, k.ArchivedLSN)
+		if a := k.Archive; a.Failures > 0 {
+			// The WAL stays on local disk until it is archived.
+			fmt.Fprintf(w, "safekeeper %s  archiving to the object store failing since %s (%d in a row): %s\n",
+				k.Name, a.Since.Local().Format("15:04:05"), a.Failures, a.Err)
+		}
 	}
 	s.printDisk(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -110,12 +110,18 @@ func TestStatusGroupCommit(t *testing.T) {
 	if strings.Contains(b.String(), "uploads to the object store failing") {
 		t.Fatalf("upload trouble shown while uploads work:\n%s", b.String())
 	}
+	// So are failed archive steps of a safekeeper.
+	s.Safekeepers[0].Archive = server.Trouble{Since: time.Date(2026, 12, 6, 21, 4, 0, 0, time.Local), Failures: 2, Err: "archive: put wal/x: the object store stopped answering"}
 	// Uploads that fail are said, with since when and why.
 	s.PageserverUpload = timeline.UploadTrouble{Since: time.Date(2026, 12, 6, 21, 3, 45, 0, time.Local), Failures: 4, Err: "objectstore: put \"x\": the object store stopped answering"}
 	b.Reset()
 	s.Print(&b)
 	if !strings.Contains(b.String(), "pageserver  uploads to the object store failing since 21:03:45 (4 in a row): objectstore: put \"x\": the object store stopped answering") {
 		t.Fatalf("status with failing uploads:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "safekeeper sk1  archiving to the object store failing since 21:04:00 (2 in a row): archive: put wal/x: the object store stopped answering") ||
+		strings.Contains(b.String(), "safekeeper sk2  archiving") {
+		t.Fatalf("status with sk1's archiving failing:\n%s", b.String())
 	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
 	if got := groupCommit(s.Safekeepers); got != 3000 {

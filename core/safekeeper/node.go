@@ -75,9 +75,11 @@ type Node struct {
 	commitCh  chan struct{}
 	peerFlush map[string]peerInfo
 	consumers *consumerSet
-	serverEnd pg.LSN
-	fullAt    pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
-	election  sync.Mutex // serializes Vote and Accept
+	// archTrouble: the current run of failed archive steps (Status).
+	archTrouble server.Trouble
+	serverEnd   pg.LSN
+	fullAt      pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
+	election    sync.Mutex // serializes Vote and Accept
 
 	// wantedAt is when a reader last waited for the commit LSN
 	// (CommitNotify; unix nanoseconds); wanted wakes the peer poller when
@@ -708,10 +710,11 @@ func (n *Node) Status() server.Status {
 	a := n.acc.State()
 	commit := n.commit
 	consumers := n.consumers.snapshot()
+	arch := n.archTrouble
 	n.mu.Unlock()
 	return server.Status{ID: n.cfg.ID, Term: a.Term, ComputeID: a.ComputeID, Accepted: a.Accepted, History: a.History,
 		StartLSN: c.StartLSN, FlushLSN: c.FlushLSN, CommitLSN: commit, ArchivedLSN: c.ArchivedLSN,
-		SystemID: c.SystemID, Timeline: c.Timeline, SegmentSize: n.st.SegmentSize(), Consumers: consumers}
+		SystemID: c.SystemID, Timeline: c.Timeline, SegmentSize: n.st.SegmentSize(), Consumers: consumers, Archive: arch}
 }
 
 // stopFollowingLocked ends the current replication session and follows
@@ -976,6 +979,9 @@ func (n *Node) archiveLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		archived, err := n.arch.Step(ctx, n.CommitLSN())
+		n.mu.Lock()
+		n.archTrouble.Note(time.Now(), err)
+		n.mu.Unlock()
 		if err != nil {
 			if archErrs.fresh(err) {
 				n.log.Warn().Err(err).Msg("safekeeper: archive (the same error is logged once a minute)")

@@ -175,9 +175,14 @@ type StatusResponse struct {
 	// themselves or from its peers: every member of the group learns it, so
 	// every member removes archived WAL that the consumers made durable, not
 	// only the one they stream from.
-	Consumers     []*ConsumerProgress `protobuf:"bytes,13,rep,name=consumers,proto3" json:"consumers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Consumers []*ConsumerProgress `protobuf:"bytes,13,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	// The current run of failed archive steps (0 failures: the last one
+	// succeeded): since when (Unix milliseconds), how many, the last error.
+	ArchiveFailingSinceMs int64  `protobuf:"varint,14,opt,name=archive_failing_since_ms,json=archiveFailingSinceMs,proto3" json:"archive_failing_since_ms,omitempty"`
+	ArchiveFailures       uint32 `protobuf:"varint,15,opt,name=archive_failures,json=archiveFailures,proto3" json:"archive_failures,omitempty"`
+	ArchiveError          string `protobuf:"bytes,16,opt,name=archive_error,json=archiveError,proto3" json:"archive_error,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -299,6 +304,27 @@ func (x *StatusResponse) GetConsumers() []*ConsumerProgress {
 		return x.Consumers
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetArchiveFailingSinceMs() int64 {
+	if x != nil {
+		return x.ArchiveFailingSinceMs
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetArchiveFailures() uint32 {
+	if x != nil {
+		return x.ArchiveFailures
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetArchiveError() string {
+	if x != nil {
+		return x.ArchiveError
+	}
+	return ""
 }
 
 type ConsumerProgress struct {
@@ -801,7 +827,7 @@ const file_safekeeper_proto_rawDesc = "" +
 	"\tTermStart\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tstart_lsn\x18\x02 \x01(\x04R\bstartLsn\"\x0f\n" +
-	"\rStatusRequest\"\xc8\x03\n" +
+	"\rStatusRequest\"\xd1\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1d\n" +
@@ -818,7 +844,10 @@ const file_safekeeper_proto_rawDesc = "" +
 	" \x01(\x04R\bsystemId\x12\x1a\n" +
 	"\btimeline\x18\v \x01(\rR\btimeline\x12!\n" +
 	"\fsegment_size\x18\f \x01(\x04R\vsegmentSize\x12D\n" +
-	"\tconsumers\x18\r \x03(\v2&.strata.safekeeper.v1.ConsumerProgressR\tconsumers\"\x9a\x01\n" +
+	"\tconsumers\x18\r \x03(\v2&.strata.safekeeper.v1.ConsumerProgressR\tconsumers\x127\n" +
+	"\x18archive_failing_since_ms\x18\x0e \x01(\x03R\x15archiveFailingSinceMs\x12)\n" +
+	"\x10archive_failures\x18\x0f \x01(\rR\x0farchiveFailures\x12#\n" +
+	"\rarchive_error\x18\x10 \x01(\tR\farchiveError\"\x9a\x01\n" +
 	"\x10ConsumerProgress\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\tR\n" +
 	"consumerId\x12!\n" +

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -59,10 +60,14 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, fromErr(err)
 	}
-	return Status{ID: r.GetId(), Term: r.GetTerm(), ComputeID: r.GetComputeId(), Accepted: r.GetAccepted(),
+	st := Status{ID: r.GetId(), Term: r.GetTerm(), ComputeID: r.GetComputeId(), Accepted: r.GetAccepted(),
 		History: historyFromPB(r.GetHistory()), StartLSN: pg.LSN(r.GetStartLsn()), FlushLSN: pg.LSN(r.GetFlushLsn()),
 		CommitLSN: pg.LSN(r.GetCommitLsn()), ArchivedLSN: pg.LSN(r.GetArchivedLsn()), SystemID: r.GetSystemId(),
-		Timeline: pg.PGTimeline(r.GetTimeline()), SegmentSize: r.GetSegmentSize(), Consumers: consumersFromPB(r.GetConsumers())}, nil
+		Timeline: pg.PGTimeline(r.GetTimeline()), SegmentSize: r.GetSegmentSize(), Consumers: consumersFromPB(r.GetConsumers())}
+	if n := r.GetArchiveFailures(); n > 0 {
+		st.Archive = Trouble{Since: time.UnixMilli(r.GetArchiveFailingSinceMs()), Failures: int(n), Err: r.GetArchiveError()}
+	}
+	return st, nil
 }
 
 // Vote asks for the safekeeper's vote.

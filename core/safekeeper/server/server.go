@@ -42,6 +42,30 @@ type Status struct {
 	// Consumers is the WAL consumers' progress it knows (by consumer ID),
 	// from the consumers or from peers.
 	Consumers map[string]Feedback
+	// Archive: the current run of failed archive steps (zero when the
+	// last one succeeded).
+	Archive Trouble
+}
+
+// Trouble is a run of failures of a repeated step: since the first,
+// how many, and the last error. The zero value: the last step succeeded.
+type Trouble struct {
+	Since    time.Time
+	Failures int
+	Err      string
+}
+
+// Note records the outcome of one step at now.
+func (t *Trouble) Note(now time.Time, err error) {
+	if err == nil {
+		*t = Trouble{}
+		return
+	}
+	if t.Failures == 0 {
+		t.Since = now
+	}
+	t.Failures++
+	t.Err = err.Error()
 }
 
 // Feedback is a WAL consumer's progress.
@@ -187,7 +211,15 @@ func (s *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	return &pb.StatusResponse{Id: st.ID, Term: st.Term, ComputeId: st.ComputeID, Accepted: st.Accepted,
 		History: historyToPB(st.History), StartLsn: uint64(st.StartLSN), FlushLsn: uint64(st.FlushLSN),
 		CommitLsn: uint64(st.CommitLSN), ArchivedLsn: uint64(st.ArchivedLSN), SystemId: st.SystemID,
-		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize, Consumers: consumersToPB(st.Consumers)}, nil
+		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize, Consumers: consumersToPB(st.Consumers),
+		ArchiveFailingSinceMs: archiveSince(st.Archive), ArchiveFailures: uint32(st.Archive.Failures), ArchiveError: st.Archive.Err}, nil
+}
+
+func archiveSince(t Trouble) int64 {
+	if t.Failures == 0 {
+		return 0
+	}
+	return t.Since.UnixMilli()
 }
 
 func consumersToPB(m map[string]Feedback) []*pb.ConsumerProgress {
