@@ -3,29 +3,14 @@ package safekeeper
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stratadb/strata/core/safekeeper/internal/testpg"
 	"github.com/stratadb/strata/core/safekeeper/server"
-	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/objectstore/faulty"
 )
-
-// downStore is a store whose Puts fail while down is set.
-type downStore struct {
-	objectstore.Store
-	down atomic.Bool
-}
-
-func (d *downStore) Put(ctx context.Context, key string, r io.Reader, opts objectstore.PutOptions) error {
-	if d.down.Load() {
-		return errors.New("the store is down")
-	}
-	return d.Store.Put(ctx, key, r, opts)
-}
 
 // TestArchiveTroubleInStatus: while a safekeeper cannot archive, its
 // status (over gRPC, what `strata status` prints) says since when, how
@@ -35,8 +20,8 @@ func TestArchiveTroubleInStatus(t *testing.T) {
 	waitSync(t, c.srv, 3)
 	// Every member archives to the store that is down: each uploads the
 	// segments it owns.
-	store := &downStore{Store: c.mem}
-	store.down.Store(true)
+	store := faulty.New(c.mem, faulty.Config{})
+	store.Add(faulty.Rule{Ops: faulty.OpPut, Err: errors.New("the store is down")})
 	for i := range c.nodes {
 		c.stopNode(i)
 		n, err := New(c.cfgs[i], Deps{Logger: testLogger(t), Archive: store})
@@ -86,7 +71,7 @@ func TestArchiveTroubleInStatus(t *testing.T) {
 	if a := st.Archive; !strings.Contains(a.Err, "the store is down") || a.Since.Before(before.Add(-time.Second)) || a.Since.After(time.Now()) {
 		t.Fatalf("%s's archive trouble: %+v", st.ID, a)
 	}
-	store.down.Store(false)
+	store.Reset() // the store is back
 	testpg.WaitFor(t, 30*time.Second, "archive trouble cleared on every member", func() bool {
 		_, clear := failing()
 		return clear

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/server"
 	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/sdk/objectstore"
+	"github.com/stratadb/strata/sdk/objectstore/faulty"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -284,26 +284,13 @@ func TestLeaseLSN(t *testing.T) {
 	}
 }
 
-// downStore is a store whose Puts fail while down is set.
-type downStore struct {
-	objectstore.Store
-	down atomic.Bool
-}
-
-func (d *downStore) Put(ctx context.Context, key string, r io.Reader, opts objectstore.PutOptions) error {
-	if d.down.Load() {
-		return errors.New("the store is down")
-	}
-	return d.Store.Put(ctx, key, r, opts)
-}
-
 // TestUploadTroubleReported: while uploads to the object store fail, the
 // timeline's info says since when, how many and why (what `strata status`
 // prints); the next upload that succeeds clears it.
 func TestUploadTroubleReported(t *testing.T) {
 	ctx := context.Background()
-	store := &downStore{Store: objectstore.NewMemory()}
-	store.down.Store(true)
+	store := faulty.New(objectstore.NewMemory(), faulty.Config{})
+	store.Add(faulty.Rule{Ops: faulty.OpPut, Err: errors.New("the store is down")})
 	h := start(t, t.TempDir(), store)
 	before := time.Now().Add(-time.Second)
 	if _, err := h.c.CreateTimeline(ctx, tl); err != nil { // its first upload fails
@@ -324,7 +311,7 @@ func TestUploadTroubleReported(t *testing.T) {
 	if u.Failures < 2 || !strings.Contains(u.Err, "the store is down") || u.Since.Before(before) || u.Since.After(time.Now()) {
 		t.Fatalf("upload trouble while the store is down: %+v", u)
 	}
-	store.down.Store(false)
+	store.Reset() // the store is back
 	if err := ptl.Upload(ctx); err != nil {
 		t.Fatal(err)
 	}
