@@ -72,7 +72,7 @@ func TestProcessStopped(t *testing.T) {
 			if starts == 1 {
 				return []string{"-c", "exit 3"} // dies before it is ready
 			}
-			return []string{"-c", "sleep 60"}
+			return []string{"-c", "exec sleep 60"} // exec: no orphaned sleep holds the test output open for a minute
 		}, func(int) error {
 			if starts == 1 {
 				return ErrNotReady
