@@ -20,9 +20,9 @@ import (
 	"github.com/stratadb/strata/core/compute/agent"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/sklink"
-	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -63,7 +63,7 @@ type Status struct {
 	PageserverLease pg.LSN
 	// PageserverUpload: the current run of failed uploads to the object
 	// store (zero when the last one succeeded).
-	PageserverUpload timeline.UploadTrouble
+	PageserverUpload trouble.Run
 	// RestoreFrom and RestoreFromTime: the oldest moment `strata restore`
 	// reaches (zero when the pageserver does not say).
 	RestoreFrom     pg.LSN
@@ -91,7 +91,7 @@ type SafekeeperStatus struct {
 	StartLSN, ArchivedLSN pg.LSN
 	// Archive: the current run of failed archive steps (zero when the
 	// last one succeeded).
-	Archive server.Trouble
+	Archive trouble.Run
 	Err     string
 }
 

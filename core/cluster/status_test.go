@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/stratadb/strata/core/pageserver/timeline"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/internal/trouble"
 )
 
 // TestStatusPrintProcesses: the process table shows LSNs and a lag only
@@ -111,9 +111,9 @@ func TestStatusGroupCommit(t *testing.T) {
 		t.Fatalf("upload trouble shown while uploads work:\n%s", b.String())
 	}
 	// So are failed archive steps of a safekeeper.
-	s.Safekeepers[0].Archive = server.Trouble{Since: time.Date(2026, 12, 6, 21, 4, 0, 0, time.Local), Failures: 2, Err: "archive: put wal/x: the object store stopped answering"}
+	s.Safekeepers[0].Archive = trouble.Run{Since: time.Date(2026, 12, 6, 21, 4, 0, 0, time.Local), Failures: 2, Err: "archive: put wal/x: the object store stopped answering"}
 	// Uploads that fail are said, with since when and why.
-	s.PageserverUpload = timeline.UploadTrouble{Since: time.Date(2026, 12, 6, 21, 3, 45, 0, time.Local), Failures: 4, Err: "objectstore: put \"x\": the object store stopped answering"}
+	s.PageserverUpload = trouble.Run{Since: time.Date(2026, 12, 6, 21, 3, 45, 0, time.Local), Failures: 4, Err: "objectstore: put \"x\": the object store stopped answering"}
 	b.Reset()
 	s.Print(&b)
 	if !strings.Contains(b.String(), "pageserver  uploads to the object store failing since 21:03:45 (4 in a row): objectstore: put \"x\": the object store stopped answering") {

@@ -40,6 +40,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/stream"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/internal/rawio"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -76,7 +77,7 @@ type Node struct {
 	peerFlush map[string]peerInfo
 	consumers *consumerSet
 	// archTrouble: the current run of failed archive steps (Status).
-	archTrouble server.Trouble
+	archTrouble trouble.Run
 	serverEnd   pg.LSN
 	fullAt      pg.LSN     // the flush LSN a full disk stopped at, plus one (0: not full)
 	election    sync.Mutex // serializes Vote and Accept

@@ -60,6 +60,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver"
 	pb "github.com/stratadb/strata/core/pageserver/pageserverpb"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -584,7 +585,7 @@ type TimelineInfo struct {
 	Term        uint64
 	// Upload: the current run of failed uploads to the object store
 	// (zero: the last upload succeeded).
-	Upload timeline.UploadTrouble
+	Upload trouble.Run
 }
 
 func fromInfo(i *pb.TimelineInfo) TimelineInfo {
@@ -596,9 +597,7 @@ func fromInfo(i *pb.TimelineInfo) TimelineInfo {
 		RemoteConsistent: pg.LSN(i.RemoteConsistentLsn), GCCutoff: pg.LSN(i.GcCutoff), Lease: pg.LSN(i.Lease), Pending: int(i.Pending)}
 	t.Layers = int(i.Layers)
 	t.Incarnation, t.Term = i.Incarnation, i.Term
-	if i.UploadFailures > 0 {
-		t.Upload = timeline.UploadTrouble{Since: time.UnixMilli(i.UploadFailingSinceMs), Failures: int(i.UploadFailures), Err: i.UploadError}
-	}
+	t.Upload = trouble.FromWire(i.UploadFailingSinceMs, i.UploadFailures, i.UploadError)
 	return t
 }
 

@@ -414,9 +414,8 @@ func (s *Server) info(tl *timeline.Timeline) *pb.TimelineInfo {
 		aid := a.ID()
 		i.Ancestor, i.AncestorLsn = aid[:], uint64(at)
 	}
-	if u := tl.UploadTrouble(); u.Failures > 0 {
-		i.UploadFailingSinceMs, i.UploadFailures, i.UploadError = u.Since.UnixMilli(), uint32(u.Failures), u.Err
-	}
+	u := tl.UploadTrouble()
+	i.UploadFailingSinceMs, i.UploadFailures, i.UploadError = u.SinceMillis(), uint32(u.Failures), u.Err
 	return i
 }
 

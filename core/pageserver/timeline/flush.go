@@ -15,6 +15,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/internal/brief"
 	"github.com/stratadb/strata/internal/pacedwrite"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -212,31 +213,14 @@ func (t *Timeline) Publish(ctx context.Context) error {
 func (t *Timeline) Upload(ctx context.Context) error {
 	err := t.upload(ctx)
 	t.uploadMu.Lock()
-	defer t.uploadMu.Unlock()
-	if err == nil {
-		t.uploadTrouble = UploadTrouble{}
-		return nil
-	}
-	if t.uploadTrouble.Failures == 0 {
-		t.uploadTrouble.Since = t.d.Now()
-	}
-	t.uploadTrouble.Failures++
-	t.uploadTrouble.Err = err.Error()
+	t.uploadTrouble.Note(t.d.Now(), err)
+	t.uploadMu.Unlock()
 	return err
 }
 
-// UploadTrouble says since when uploads to the object store fail; the
-// zero value when the last one succeeded (or none was tried).
-type UploadTrouble struct {
-	// Since: the first failure of the current run; Failures: how many
-	// uploads failed since; Err: the last one's error.
-	Since    time.Time
-	Failures int
-	Err      string
-}
-
-// UploadTrouble returns the current run of failed uploads.
-func (t *Timeline) UploadTrouble() UploadTrouble {
+// UploadTrouble returns the current run of failed uploads (the zero Run
+// when the last one succeeded, or none was tried).
+func (t *Timeline) UploadTrouble() trouble.Run {
 	t.uploadMu.Lock()
 	defer t.uploadMu.Unlock()
 	return t.uploadTrouble

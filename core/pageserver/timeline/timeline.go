@@ -57,6 +57,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/layer"
 	"github.com/stratadb/strata/core/pageserver/layermap"
 	"github.com/stratadb/strata/core/pageserver/manifest"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -248,7 +249,7 @@ type Timeline struct {
 	remoteChecked atomic.Bool
 	// uploadTrouble: the current run of failed uploads (UploadTrouble).
 	uploadMu      sync.Mutex
-	uploadTrouble UploadTrouble
+	uploadTrouble trouble.Run
 
 	seq        atomic.Uint64
 	lastRecord atomic.Uint64 // highest LSN ingested or put

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -14,6 +13,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/election"
 	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
 	"github.com/stratadb/strata/internal/rawio"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -64,9 +64,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		History: historyFromPB(r.GetHistory()), StartLSN: pg.LSN(r.GetStartLsn()), FlushLSN: pg.LSN(r.GetFlushLsn()),
 		CommitLSN: pg.LSN(r.GetCommitLsn()), ArchivedLSN: pg.LSN(r.GetArchivedLsn()), SystemID: r.GetSystemId(),
 		Timeline: pg.PGTimeline(r.GetTimeline()), SegmentSize: r.GetSegmentSize(), Consumers: consumersFromPB(r.GetConsumers())}
-	if n := r.GetArchiveFailures(); n > 0 {
-		st.Archive = Trouble{Since: time.UnixMilli(r.GetArchiveFailingSinceMs()), Failures: int(n), Err: r.GetArchiveError()}
-	}
+	st.Archive = trouble.FromWire(r.GetArchiveFailingSinceMs(), r.GetArchiveFailures(), r.GetArchiveError())
 	return st, nil
 }
 

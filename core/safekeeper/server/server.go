@@ -19,6 +19,7 @@ import (
 	"github.com/stratadb/strata/core/safekeeper/election"
 	pb "github.com/stratadb/strata/core/safekeeper/safekeeperpb"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
+	"github.com/stratadb/strata/internal/trouble"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -44,28 +45,7 @@ type Status struct {
 	Consumers map[string]Feedback
 	// Archive: the current run of failed archive steps (zero when the
 	// last one succeeded).
-	Archive Trouble
-}
-
-// Trouble is a run of failures of a repeated step: since the first,
-// how many, and the last error. The zero value: the last step succeeded.
-type Trouble struct {
-	Since    time.Time
-	Failures int
-	Err      string
-}
-
-// Note records the outcome of one step at now.
-func (t *Trouble) Note(now time.Time, err error) {
-	if err == nil {
-		*t = Trouble{}
-		return
-	}
-	if t.Failures == 0 {
-		t.Since = now
-	}
-	t.Failures++
-	t.Err = err.Error()
+	Archive trouble.Run
 }
 
 // Feedback is a WAL consumer's progress.
@@ -212,14 +192,7 @@ func (s *service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 		History: historyToPB(st.History), StartLsn: uint64(st.StartLSN), FlushLsn: uint64(st.FlushLSN),
 		CommitLsn: uint64(st.CommitLSN), ArchivedLsn: uint64(st.ArchivedLSN), SystemId: st.SystemID,
 		Timeline: uint32(st.Timeline), SegmentSize: st.SegmentSize, Consumers: consumersToPB(st.Consumers),
-		ArchiveFailingSinceMs: archiveSince(st.Archive), ArchiveFailures: uint32(st.Archive.Failures), ArchiveError: st.Archive.Err}, nil
-}
-
-func archiveSince(t Trouble) int64 {
-	if t.Failures == 0 {
-		return 0
-	}
-	return t.Since.UnixMilli()
+		ArchiveFailingSinceMs: st.Archive.SinceMillis(), ArchiveFailures: uint32(st.Archive.Failures), ArchiveError: st.Archive.Err}, nil
 }
 
 func consumersToPB(m map[string]Feedback) []*pb.ConsumerProgress {
