@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/stratadb/strata/internal/netfault"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/plugins/objectstore/azure/azuretest"
 	"github.com/stratadb/strata/plugins/objectstore/gcs/gcstest"
@@ -218,4 +221,76 @@ func asPostgres(t *testing.T, name string, args ...string) string {
 func pgCtl(t *testing.T, dataDir string, args ...string) {
 	t.Helper()
 	asPostgres(t, "pg_ctl", append([]string{"-D", dataDir}, args...)...)
+}
+
+// TestStoreStopsAnswering: a cluster on S3 whose path to the store is cut
+// (connections left open, nothing answered, as when a network drops the
+// packets) goes on committing; within the stall timeout and the retries
+// `strata status` says that the safekeepers' archiving fails and why;
+// once the path is back the lines go, and the rows are all there.
+func TestStoreStopsAnswering(t *testing.T) {
+	if _, err := os.Stat(pgBin("postgres")); err != nil {
+		t.Skip("PostgreSQL 15 not installed")
+	}
+	bin := buildStrata(t)
+	gw := s3test.StartVersityGW(t)
+	gw.SetEnv(t)
+	u, err := url.Parse(gw.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole := netfault.Start(t, u.Host)
+	dir := clusterDir(t)
+	cfg := filepath.Join(dir, "strata.yaml")
+	y := "cluster:\n  data_dir: " + filepath.Join(dir, "state") +
+		"\n  safekeeper_port: " + strconv.Itoa(pgtest.FreePorts(t, 4)) +
+		"\n  metrics_port: 0\ncompute:\n  port: " + strconv.Itoa(pgtest.FreePort(t)) +
+		"\n  memory_budget: 256MB\nobjectstore:\n  type: s3\n  stall_timeout: 2s\n  s3:\n    bucket: strata-data\n    endpoint: http://" + hole.Addr() +
+		"\n    region: " + gw.Region + "\n    path_style: true\n    create_bucket: true\n"
+	if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run(t, bin, dir, nil, "--config", cfg, "down") })
+	out, e, code := run(t, bin, dir, nil, "--config", cfg, "up")
+	if code != 0 {
+		t.Fatalf("strata up: exit %d\n%s", code, e)
+	}
+	pgURL := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	psql(t, pgURL, "CREATE TABLE t (a int)")
+
+	hole.Freeze()
+	// Commits need the safekeepers only; a full segment is due for the
+	// archive.
+	psql(t, pgURL, "INSERT INTO t SELECT generate_series(1, 1000); SELECT pg_switch_wal(); INSERT INTO t VALUES (1001)")
+	status := func() string {
+		out, e, _ := run(t, bin, dir, nil, "--config", cfg, "status")
+		return out + e
+	}
+	var st string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		psql(t, pgURL, "INSERT INTO t VALUES (0)")
+		if st = status(); strings.Contains(st, "archiving to the object store failing since") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after the path to the store was cut, status says nothing of it:\n%s", st)
+		}
+	}
+	if !strings.Contains(st, "the object store stopped answering (no answer or progress for 2s)") {
+		t.Fatalf("the failing line does not say why:\n%s", st)
+	}
+	t.Logf("with the path cut:\n%s", st)
+
+	hole.Thaw()
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(time.Second) {
+		if st = status(); !strings.Contains(st, "failing since") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 minutes after the path came back, status still says:\n%s", st)
+		}
+	}
+	if got := psql(t, pgURL, "SELECT count(*) FROM t WHERE a > 0"); got != "1001" {
+		t.Fatalf("%s rows, want 1001", got)
+	}
 }

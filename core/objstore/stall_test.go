@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,109 +13,12 @@ import (
 
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/objstore"
+	"github.com/stratadb/strata/internal/netfault"
 	"github.com/stratadb/strata/plugins/objectstore/azure/azuretest"
 	"github.com/stratadb/strata/plugins/objectstore/gcs/gcstest"
 	"github.com/stratadb/strata/plugins/objectstore/s3/s3test"
 	"github.com/stratadb/strata/sdk/objectstore"
 )
-
-// blackhole is a TCP proxy on 127.0.0.1 in front of an emulator that can
-// cut the path without closing anything: once frozen, every connection
-// open then (and every one made while frozen) swallows what it is sent and
-// never answers again, as a network path that drops packets does; after
-// thaw, new connections work.
-type blackhole struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	frozen bool
-	conns  []*holeConn
-}
-
-type holeConn struct {
-	dead      atomic.Bool
-	down, up  net.Conn
-	closeOnce sync.Once
-}
-
-func (h *holeConn) close() {
-	h.closeOnce.Do(func() { h.down.Close(); h.up.Close() })
-}
-
-func startBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{ln: ln, target: target}
-	go b.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		for _, c := range b.conns {
-			c.close()
-		}
-	})
-	return b
-}
-
-func (b *blackhole) addr() string { return b.ln.Addr().String() }
-
-func (b *blackhole) serve() {
-	for {
-		down, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", b.target)
-		if err != nil {
-			down.Close()
-			continue
-		}
-		c := &holeConn{down: down, up: up}
-		b.mu.Lock()
-		c.dead.Store(b.frozen)
-		b.conns = append(b.conns, c)
-		b.mu.Unlock()
-		go c.pipe(up, down)
-		go c.pipe(down, up)
-	}
-}
-
-// pipe copies src to dst until either ends; a dead connection's bytes
-// are read and dropped.
-func (h *holeConn) pipe(dst, src net.Conn) {
-	defer h.close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !h.dead.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (b *blackhole) freeze() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.frozen = true
-	for _, c := range b.conns {
-		c.dead.Store(true)
-	}
-}
-
-func (b *blackhole) thaw() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.frozen = false
-}
 
 // TestStallTimeoutOnEveryStore: with the path to the store cut while a Put
 // waits (connections left open, nothing answered), the call fails after
@@ -130,30 +30,30 @@ func TestStallTimeoutOnEveryStore(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// setup points c at the emulator through a blackhole it returns.
-		setup func(t *testing.T, c *config.ObjectStore) *blackhole
+		setup func(t *testing.T, c *config.ObjectStore) *netfault.Blackhole
 	}{
-		{"s3", func(t *testing.T, c *config.ObjectStore) *blackhole {
+		{"s3", func(t *testing.T, c *config.ObjectStore) *netfault.Blackhole {
 			gw := s3test.StartVersityGW(t)
 			gw.SetEnv(t)
 			u, _ := url.Parse(gw.Endpoint)
-			b := startBlackhole(t, u.Host)
+			b := netfault.Start(t, u.Host)
 			c.S3 = gw.Config("stall", "p")
-			c.S3.Endpoint = "http://" + b.addr()
+			c.S3.Endpoint = "http://" + b.Addr()
 			return b
 		}},
-		{"gcs", func(t *testing.T, c *config.ObjectStore) *blackhole {
+		{"gcs", func(t *testing.T, c *config.ObjectStore) *netfault.Blackhole {
 			f := gcstest.StartFakeGCS(t)
-			b := startBlackhole(t, f.Host)
-			t.Setenv("STORAGE_EMULATOR_HOST", b.addr())
+			b := netfault.Start(t, f.Host)
+			t.Setenv("STORAGE_EMULATOR_HOST", b.Addr())
 			c.GCS = f.Config("stall", "p")
 			return b
 		}},
-		{"azure", func(t *testing.T, c *config.ObjectStore) *blackhole {
+		{"azure", func(t *testing.T, c *config.ObjectStore) *netfault.Blackhole {
 			az := azuretest.StartAzurite(t)
 			u, _ := url.Parse(az.BlobEndpoint)
-			b := startBlackhole(t, u.Host)
+			b := netfault.Start(t, u.Host)
 			c.Azure = az.Config("stall", "p")
-			c.Azure.ConnectionString = strings.Replace(az.ConnectionString, u.Host, b.addr(), 1)
+			c.Azure.ConnectionString = strings.Replace(az.ConnectionString, u.Host, b.Addr(), 1)
 			return b
 		}},
 	} {
@@ -172,14 +72,14 @@ func TestStallTimeoutOnEveryStore(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			b.freeze()
+			b.Freeze()
 			done := make(chan error, 1)
 			start := time.Now()
 			go func() {
 				done <- st.Put(ctx, "during", strings.NewReader("while the path was cut"), objectstore.PutOptions{Size: 22})
 			}()
 			time.Sleep(2500 * time.Millisecond)
-			b.thaw()
+			b.Thaw()
 			select {
 			case err := <-done:
 				if err != nil {
