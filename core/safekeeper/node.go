@@ -266,10 +266,16 @@ func (n *Node) Run(ctx context.Context) error {
 	goFn(n.controlLoop)
 	goFn(n.peerLoop)
 	goFn(n.repairLoop)
+	archived := make(chan struct{})
 	if n.arch != nil {
-		goFn(func(ctx context.Context) { n.archiveLoop(ctx) })
+		goFn(func(ctx context.Context) { defer close(archived); n.archiveLoop(ctx) })
+	} else {
+		close(archived)
 	}
 	<-ctx.Done()
+	// The peers, stopping too, ask this node for its flush LSN before
+	// their last archive step; it answers until its own is done.
+	<-archived
 	if n.grpcSrv != nil {
 		n.grpcSrv.Stop()
 	}
@@ -555,30 +561,7 @@ func (n *Node) peerLoop(ctx context.Context) {
 	for {
 		// Taken before the poll, so that a flush during it wakes the wait.
 		flushed := n.st.FlushNotify()
-		n.m.peerPolls.Inc()
-		var wg sync.WaitGroup
-		for _, p := range n.peers {
-			wg.Add(1)
-			go func(p *server.Client) {
-				defer wg.Done()
-				cctx, cancel := context.WithTimeout(ctx, time.Second)
-				defer cancel()
-				st, err := p.Status(cctx)
-				if err != nil {
-					return
-				}
-				n.mu.Lock()
-				n.peerFlush[p.Addr] = peerInfo{term: st.Term, flush: st.FlushLSN, at: time.Now()}
-				// A consumer streams from one member; the others learn
-				// its progress here (for removalBound).
-				for id, fb := range st.Consumers {
-					n.noteConsumerLocked(id, fb)
-				}
-				n.mu.Unlock()
-			}(p)
-		}
-		wg.Wait()
-		n.updateCommit()
+		n.pollPeers(ctx)
 		wait, wake := n.nextPoll(flushed)
 		t := time.NewTimer(wait)
 		select {
@@ -592,6 +575,35 @@ func (n *Node) peerLoop(ctx context.Context) {
 			t.Stop()
 		}
 	}
+}
+
+// pollPeers asks every peer for its flush LSN (and its consumers'
+// progress), each within a second, and recomputes the commit LSN.
+func (n *Node) pollPeers(ctx context.Context) {
+	n.m.peerPolls.Inc()
+	var wg sync.WaitGroup
+	for _, p := range n.peers {
+		wg.Add(1)
+		go func(p *server.Client) {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			st, err := p.Status(cctx)
+			if err != nil {
+				return
+			}
+			n.mu.Lock()
+			n.peerFlush[p.Addr] = peerInfo{term: st.Term, flush: st.FlushLSN, at: time.Now()}
+			// A consumer streams from one member; the others learn
+			// its progress here (for removalBound).
+			for id, fb := range st.Consumers {
+				n.noteConsumerLocked(id, fb)
+			}
+			n.mu.Unlock()
+		}(p)
+	}
+	wg.Wait()
+	n.updateCommit()
 }
 
 // nextPoll returns how long the peer poller waits before its next round
@@ -971,8 +983,15 @@ func (n *Node) archiveLoop(ctx context.Context) {
 		case <-ctx.Done():
 			// Stopping: the partial last segment goes to the store now,
 			// so that a cluster stopped cleanly has all its WAL there.
+			// The commit LSN may be a poll round (peerIdlePoll) behind
+			// the WAL Postgres wrote last, its shutdown checkpoint
+			// among it: the peers are asked once more first (they
+			// answer until their own final step is done, see Run).
 			fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
+			pctx, pcancel := context.WithTimeout(fctx, 2*time.Second)
+			n.pollPeers(pctx)
+			pcancel()
 			if _, err := n.arch.Final(fctx, n.CommitLSN()); err != nil {
 				n.log.Warn().Err(err).Msg("safekeeper: archive the partial last segment at stop")
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,4 +217,69 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestFinalArchiveHasEveryCommit: safekeepers stopped together right after
+// Postgres shut down put all of its WAL, its shutdown checkpoint with it,
+// into the archive. Nothing waits for their commit LSN here, so they poll
+// their peers for it once a second, and it lags the last WAL written; each
+// asks its peers once more as it stops, and they answer until their own
+// last archive step is done. A restore from the store at its latest moment
+// relies on this.
+func TestFinalArchiveHasEveryCommit(t *testing.T) {
+	c := startCluster(t, func(cfg *Config) {
+		cfg.Archive.PartialAfter = time.Hour // partial segments only as they stop
+	})
+	waitSync(t, c.srv, 3)
+	if out, err := c.srv.Pgbench("-i", "-s", "1", "postgres"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := c.srv.Pgbench("-c", "2", "-T", "2", "postgres"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// A clean shutdown waits until every safekeeper flushed the shutdown
+	// checkpoint; then all three stop at once.
+	c.srv.Stop()
+	for i := range c.stop {
+		c.stop[i]()
+	}
+	var flushes []pg.LSN
+	for i := range c.nodes {
+		<-c.done[i]
+		c.stop[i] = nil
+		flushes = append(flushes, c.nodes[i].Store().FlushLSN())
+	}
+	end := slices.Max(flushes)
+	if slices.Min(flushes) != end {
+		t.Fatalf("safekeepers stopped at different flush LSNs %v after a clean shutdown", flushes)
+	}
+
+	seg := uint64(pg.WALSegmentSize)
+	var archived pg.LSN
+	err := c.mem.List(context.Background(), "wal/", func(oi objectstore.ObjectInfo) error {
+		name := filepath.Base(oi.Key)
+		_, no, err := walstore.ParseSegmentName(strings.TrimSuffix(name, ".partial"), seg)
+		if err != nil {
+			return err
+		}
+		r, err := c.mem.Get(context.Background(), oi.Key)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, oi.Key)
+		archived = max(archived, pg.LSN(no*seg)+pg.LSN(len(data)))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if archived != end {
+		t.Fatalf("the archive ends at %s, the WAL at %s: %d bytes of it are missing", archived, end, end-archived)
+	}
+	t.Logf("the archive holds the WAL to its end, %s", end)
 }
