@@ -77,8 +77,12 @@ command to start it and its connection string are printed at the end.`,
 			if r.LastCommit != "" {
 				fmt.Printf("  last transaction replayed: committed at %s\n", r.LastCommit)
 			}
-			fmt.Printf("  %d relation forks (%d pages), %d other files, %d WAL segments; recovery from checkpoint %s (REDO %s); log %s\n",
-				r.Relations, r.Pages, r.Files, r.Segments, r.Checkpoint, r.Redo, r.LogFile)
+			pagesAt := ""
+			if r.PagesAt < r.LSN {
+				pagesAt = fmt.Sprintf(" as of %s (the store's newest)", r.PagesAt)
+			}
+			fmt.Printf("  %d relation forks (%d pages%s), %d other files, %d WAL segments; recovery from checkpoint %s (REDO %s); log %s\n",
+				r.Relations, r.Pages, pagesAt, r.Files, r.Segments, r.Checkpoint, r.Redo, r.LogFile)
 			fmt.Printf("start it:  %s\n", r.Start)
 			fmt.Printf("connect:   %s\n", r.URL)
 			if r.PasswordLost != "" {

@@ -44,9 +44,11 @@ type StoreTimelines struct {
 // is opened in this process on an empty temporary folder over the store,
 // read-only (it can publish nothing: a running cluster's pageserver is
 // never fenced by it), and the WAL comes from the archive. The newest
-// moment it reaches is the older of the store's newest manifest and the
-// end of the archived WAL (whole segments, and the partial copy of the
-// last one that the safekeepers upload after a quiet while).
+// moment it reaches is the end of the archived WAL (whole segments, and
+// the partial copy of the last one that the safekeepers upload after a
+// quiet while, and as they stop): past the store's newest manifest, which
+// after a crash may be minutes older, Postgres replays the archived WAL
+// over the pages as of that manifest.
 func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir string, port int, names StoreTimelines, progress func(string)) (_ *Restored, err error) {
 	abs, port, err := c.restoreDest(dir, port)
 	if err != nil {
@@ -128,14 +130,19 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 	if err != nil {
 		return nil, err
 	}
-	end := min(remote, walEnd)
 	progress(fmt.Sprintf("timeline %s: pages in the object store up to %s, WAL archived up to %s", tl, remote, walEnd))
-	if end == 0 {
+	if at.Latest && remote > walEnd {
+		progress(fmt.Sprintf("the pages reach %s, past the archived WAL: the copy ends at %s; commits in between are not in the object store (the safekeepers archive all of it as they stop with strata down; after a crash, whole segments, and the last partial one after 10 s without commits)", remote, walEnd))
+	}
+	if remote == 0 || walEnd == 0 {
 		return nil, fmt.Errorf("restore: timeline %s: nothing to restore (pages up to %s, WAL archived up to %s)", tl, remote, walEnd)
 	}
 	redo := filesTL != tl
 	res, err := restore.Run(ctx, restore.Options{
-		Pageserver: cl, Timeline: tl, FilesTimeline: filesTL, Redo: redo, End: end,
+		Pageserver: cl, Timeline: tl, FilesTimeline: filesTL, Redo: redo,
+		// Past the pages the store holds (the pageserver uploads them
+		// every few minutes), Postgres replays the archived WAL.
+		End: walEnd, PagesEnd: remote,
 		WAL:      agent.WALSource{Archive: store, Prefix: "wal"},
 		Postgres: postgres.Server{BinDir: c.cfg.Compute.PGBinDir, OSUser: c.cfg.Compute.OSUser},
 		Dir:      abs, Port: port, At: at, Progress: progress, Log: c.log,

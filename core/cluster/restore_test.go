@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/stratadb/strata/core/compute/fusefs"
 	"github.com/stratadb/strata/core/postgres"
 	"github.com/stratadb/strata/core/restore"
 	"github.com/stratadb/strata/core/safekeeper/server"
@@ -266,6 +267,98 @@ func TestRestoreRedo(t *testing.T) {
 	pgtool(t, sock, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }
 
+// TestRestoreFromStoreAfterCrash: the machine of a running cluster dies
+// (every process killed at once, the data folder lost) after the
+// safekeepers archived its last WAL but long before the pageserver would
+// upload its newest pages (every ten minutes, or 64 MiB): a restore from
+// the store at its latest moment holds every commit, Postgres replaying
+// the archived WAL over the older pages the store holds. The last segment
+// is closed with pg_switch_wal, as archive_timeout would, so that it is
+// archived whole at once rather than after ten quiet seconds.
+func TestRestoreFromStoreAfterCrash(t *testing.T) {
+	c, cfg := newTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url, _, _ := upWithWork(t, ctx, c)
+	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
+	last := queryString(t, ctx, url, restoreCheck)
+	flush, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_flush_lsn()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysID, err := strconv.ParseUint(queryString(t, ctx, url, "SELECT system_identifier::text FROM pg_control_system()"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queryString(t, ctx, url, "SELECT pg_switch_wal()::text")
+	st, err := fs.New(fs.Config{Root: cfg.ObjectStore.FS.Root}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		end, err := archivedEnd(ctx, st, "wal", sysID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end >= flush {
+			t.Logf("WAL archived up to %s, past the last commit's %s", end, flush)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL archived up to %s a minute after pg_switch_wal, want %s", end, flush)
+		}
+	}
+
+	// The crash: every process at once, then the folder is lost.
+	state, err := c.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range state.Procs {
+		syscall.Kill(-p.PID, syscall.SIGKILL)
+		syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	for _, p := range state.Procs {
+		for deadline := time.Now().Add(10 * time.Second); p.Alive(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (pid %d) still runs 10 s after SIGKILL", p.Name, p.PID)
+			}
+		}
+	}
+	if err := fusefs.MountpointCleanup(c.postgres().DataDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c.dataDir, c.dataDir+".lost"); err != nil {
+		t.Fatal(err)
+	}
+
+	root := pgtest.MkdirOwned(t, "strata-restore-test-")
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	replayed := false
+	r, err := c.RestoreFromStore(ctx, restore.Target{Latest: true}, filepath.Join(root, "latest"), 0, StoreTimelines{}, func(s string) {
+		t.Log(s)
+		replayed = replayed || strings.HasPrefix(s, "the pages reach ") && strings.Contains(s, "replayed over them")
+	})
+	if err != nil {
+		t.Fatalf("restore from the store after the crash: %v", err)
+	}
+	t.Logf("restored: %s, pages at %s, %d WAL segments, checkpoint %s", r.LSN, r.PagesAt, r.Segments, r.Checkpoint)
+	if !replayed || r.PagesAt >= r.LSN {
+		t.Errorf("the store's pages reach %s, the restore %s: the test meant the pages to lag the archived WAL (a pageserver that uploads them every ten minutes)", r.PagesAt, r.LSN)
+	}
+	if r.LSN < flush {
+		t.Errorf("restored up to %s, before the last commit's %s", r.LSN, flush)
+	}
+	sock, _ := startRestored(t, ctx, r)
+	if got := queryString(t, ctx, sock, restoreCheck); got != last {
+		t.Errorf("restore from the store after the crash holds %q, want %q", got, last)
+	}
+	pgtool(t, sock, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
+}
+
 // safekeeperStatus asks the safekeeper at addr for its status.
 func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {
 	cl, err := server.Dial(addr)
@@ -311,7 +404,13 @@ func TestRestoreFromStore(t *testing.T) {
 		if tc.at.Latest {
 			latest = dir
 		}
-		r, err := c.RestoreFromStore(ctx, tc.at, dir, 0, StoreTimelines{}, func(s string) { t.Log(s) })
+		r, err := c.RestoreFromStore(ctx, tc.at, dir, 0, StoreTimelines{}, func(s string) {
+			t.Log(s)
+			// After strata down the archive holds every commit.
+			if strings.Contains(s, "past the archived WAL") {
+				t.Errorf("restore at %s from the store after strata down: %s", tc.at, s)
+			}
+		})
 		if err != nil {
 			t.Fatalf("restore at %s from the store: %v", tc.at, err)
 		}

@@ -142,6 +142,12 @@ type Options struct {
 	// follows no safekeepers: the end is what the archive and the store's
 	// manifests hold).
 	End pg.LSN
+	// PagesEnd, when set, is the newest LSN the pages can be read at (a
+	// pageserver opened on the object store alone holds them only as far
+	// as its uploads reached): a target past it is restored from the
+	// pages at PagesEnd and the WAL from there on, which Postgres
+	// replays, as it would from a base backup.
+	PagesEnd pg.LSN
 	// Progress gets a line now and then (nil: none).
 	Progress func(string)
 	Log      zerolog.Logger
@@ -158,6 +164,9 @@ type Options struct {
 type Result struct {
 	// LSN: the copy holds every record that starts before it.
 	LSN pg.LSN
+	// PagesAt: the pages were read at this LSN (LSN, or below it when
+	// Options.PagesEnd held them back; Postgres replayed the WAL between).
+	PagesAt pg.LSN
 	// Checkpoint and Redo: where recovery started.
 	Checkpoint, Redo pg.LSN
 	// Consistent: the end of the last record before LSN (pg_control's
@@ -249,19 +258,25 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	case x > end:
 		return nil, fmt.Errorf("%w: %s is past the newest durable WAL, %s", ErrTooNew, x, end)
 	}
-	if err := hold.move(ctx, x); err != nil {
+	// The pages are read at base, and Postgres replays the WAL from the
+	// checkpoint pg_control names there up to x.
+	base := x
+	if o.PagesEnd > 0 {
+		base = min(x, o.PagesEnd)
+	}
+	if err := hold.move(ctx, base); err != nil {
 		return nil, err
 	}
-	ctlBytes, err := o.control(ctx, x)
+	ctlBytes, err := o.control(ctx, base)
 	if err != nil {
-		return nil, fmt.Errorf("restore: %s at %s: %w", ControlFile, x, err)
+		return nil, fmt.Errorf("restore: %s at %s: %w", ControlFile, base, err)
 	}
 	ctl, err := agent.ParseControl(ctlBytes)
 	if err != nil {
 		return nil, err
 	}
-	if ctl.Checkpoint >= x {
-		return nil, fmt.Errorf("restore: %s at %s names checkpoint %s, not below it", ControlFile, x, ctl.Checkpoint)
+	if ctl.Checkpoint >= base {
+		return nil, fmt.Errorf("restore: %s at %s names checkpoint %s, not below it", ControlFile, base, ctl.Checkpoint)
 	}
 
 	cred, err := o.Postgres.Credential()
@@ -296,9 +311,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := srv.CheckReachable(); err != nil {
 		return nil, err
 	}
-	res = &Result{LSN: x, Checkpoint: ctl.Checkpoint, Redo: ctl.Redo, LogFile: srv.LogPath}
+	res = &Result{LSN: x, PagesAt: base, Checkpoint: ctl.Checkpoint, Redo: ctl.Redo, LogFile: srv.LogPath}
 
-	o.Progress(fmt.Sprintf("WAL from %s (checkpoint %s) past %s", ctl.Redo, ctl.Checkpoint, x))
+	if base < x {
+		o.Progress(fmt.Sprintf("the pages reach %s: WAL from %s (checkpoint %s) past %s, replayed over them", base, ctl.Redo, ctl.Checkpoint, x))
+	} else {
+		o.Progress(fmt.Sprintf("WAL from %s (checkpoint %s) past %s", ctl.Redo, ctl.Checkpoint, x))
+	}
 	o.WAL.SystemID = ctl.SystemID
 	w, err := fetchWAL(ctx, o.WAL, filepath.Join(dir, "pg_wal"), ctl.Timeline, ctl.Redo, x, end, uid, gid, o.Progress)
 	if err != nil {
@@ -306,9 +325,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 	res.Consistent, res.EndOfWAL, res.Segments = w.consistent, !w.next, w.segments
 
-	b, err := writeBase(ctx, o, x, o.Progress)
+	b, err := writeBase(ctx, o, base, o.Progress)
 	if errors.Is(err, timeline.ErrBelowGCCutoff) {
-		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran, though the restore held a lease on it (was the pageserver restarted meanwhile, and the restore cut off from it for over a minute? it keeps leases in memory): choose a later moment, or try again (%w)", ErrTooOld, x, err)
+		return nil, fmt.Errorf("%w: the pageserver's GC passed %s while the restore ran, though the restore held a lease on it (was the pageserver restarted meanwhile, and the restore cut off from it for over a minute? it keeps leases in memory): choose a later moment, or try again (%w)", ErrTooOld, base, err)
 	}
 	if err != nil {
 		return nil, err

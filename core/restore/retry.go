@@ -87,9 +87,12 @@ func (u *outages) ask(ctx context.Context, call func() error) error {
 	}
 }
 
-// control reads pg_control of the files timeline at lsn, asking again
-// through a pageserver outage.
+// control reads pg_control of the files timeline at lsn (at PagesEnd
+// when lsn is past it), asking again through a pageserver outage.
 func (o Options) control(ctx context.Context, lsn pg.LSN) (ctl []byte, err error) {
+	if o.PagesEnd > 0 {
+		lsn = min(lsn, o.PagesEnd)
+	}
 	err = o.down.ask(ctx, func() (err error) {
 		ctl, err = o.Pageserver.GetFile(ctx, o.FilesTimeline, ControlFile, lsn)
 		return err

@@ -139,7 +139,13 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 		if err != nil {
 			// The durable end may cut the last record: reading stops
 			// there, at the end of the last whole record, or it stops
-			// early at a hole or a damaged record.
+			// early at a hole or a damaged record. Records that reach
+			// the durable end (an XLOG_SWITCH's, which takes the rest
+			// of its segment, ending it there) leave nothing out.
+			reached := pg.LSN((uint64(max(res.consistent, from)) + 7) &^ 7)
+			if reached >= s.end {
+				return res, nil
+			}
 			read := func(_ context.Context, a, b pg.LSN) ([]byte, error) {
 				buf := make([]byte, wal.PageSize)
 				page := a / wal.PageSize * wal.PageSize
@@ -152,7 +158,7 @@ func walkTo(ctx context.Context, s *segments, from, x pg.LSN) (walResult, error)
 			if werr != nil {
 				return walResult{}, fmt.Errorf("the records end at %s (%w), and the last record before the durable end %s was not found: %w", max(res.consistent, from), err, s.end, werr)
 			}
-			if reached := pg.LSN((uint64(max(res.consistent, from)) + 7) &^ 7); reached >= want {
+			if reached >= want {
 				return res, nil
 			}
 			return walResult{}, fmt.Errorf("the records end at %s, the last record before the durable end %s ends at %s: %w", max(res.consistent, from), s.end, want, err)

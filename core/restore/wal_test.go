@@ -107,6 +107,23 @@ func TestWalkTo(t *testing.T) {
 	if err != nil || res.next || res.consistent != end {
 		t.Fatalf("walk to the durable end %s: %+v, %v", end, res, err)
 	}
+	// A durable end where pg_switch_wal's record ends, which takes the
+	// rest of its segment (an archive of whole segments after a switch):
+	// every record, none after.
+	sw := -1
+	for i, r := range recs {
+		if uint64(r.EndLSN)%pg.WALSegmentSize == 0 {
+			sw = i
+		}
+	}
+	if sw < 0 {
+		t.Fatal("the test WAL has no record that ends at a segment boundary (pg_switch_wal's)")
+	}
+	swEnd := recs[sw].EndLSN
+	res, _, err = walk(store, swEnd, swEnd)
+	if err != nil || res.next || res.consistent != swEnd {
+		t.Fatalf("walk to the end of pg_switch_wal's segment %s: %+v, %v; want every record, none after", swEnd, res, err)
+	}
 	// A damaged record before the target (a flipped byte: its CRC), and
 	// a hole (zeros, which read as the end of WAL) before the durable end.
 	for _, damage := range []string{"flipped byte", "hole"} {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/core/safekeeper/archive"
 	"github.com/stratadb/strata/internal/pgtest"
@@ -72,6 +73,55 @@ func TestCheckWAL(t *testing.T) {
 	cut := from + pg.LSN(last-3)
 	if err := checkWAL(ctx, write(seg), from, cut, pg.WALSegmentSize); err != nil {
 		t.Fatalf("WAL cut inside its last record: %v", err)
+	}
+}
+
+// TestCheckWALAtSwitch: a durable end where pg_switch_wal's segment ends
+// (the WAL Postgres flushed after a switch and nothing since) is the end
+// of one chain of valid records, though the last pages before it are the
+// switch's padding; a hole before it is still found.
+func TestCheckWALAtSwitch(t *testing.T) {
+	if err := pgtest.Available(); err != nil {
+		t.Skip(err)
+	}
+	srv := pgtest.Start(t, pgtest.Options{Conf: map[string]string{"wal_keep_size": "'1GB'"}})
+	srv.Exec("postgres", "CHECKPOINT")
+	from, err := pg.ParseLSN(srv.QueryString("postgres", "SELECT redo_lsn::text FROM pg_control_checkpoint()"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Exec("postgres", "CREATE TABLE t AS SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
+	sw, err := pg.ParseLSN(srv.QueryString("postgres", "SELECT pg_switch_wal()::text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	seg := uint64(pg.WALSegmentSize)
+	end := pg.LSN((uint64(sw) + seg - 1) / seg * seg)
+	if uint64(from)/seg != uint64(end)/seg-1 {
+		t.Fatalf("the test WAL runs from %s to the switch's segment end %s: want one segment", from, end)
+	}
+	name := walpos.FormatSegmentName(1, uint64(from)/seg, seg)
+	data, err := os.ReadFile(filepath.Join(srv.DataDir, "pg_wal", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func(b []byte) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	if err := checkWAL(ctx, write(data), from, end, seg); err != nil {
+		t.Fatalf("WAL up to the end of pg_switch_wal's segment %s (the switch at %s): %v", end, sw, err)
+	}
+	hole := bytes.Clone(data)
+	mid := (uint64(from)%seg + uint64(sw)%seg) / 2 &^ 7
+	clear(hole[mid : mid+4096])
+	if err := checkWAL(ctx, write(hole), from, end, seg); err == nil {
+		t.Fatal("a zeroed hole before the switch was not found")
 	}
 }
 
