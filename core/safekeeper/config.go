@@ -59,6 +59,11 @@ type ArchiveConfig struct {
 	// PartialAfter uploads the partial last segment after this much quiet
 	// time (0 disables partial uploads).
 	PartialAfter time.Duration `mapstructure:"partial_after"`
+	// PartialEvery also uploads it this often while commits go on (the
+	// segment's owner in the group; 0: only after quiet). A restore from
+	// the object store alone after every safekeeper disk is lost (one
+	// machine's) misses at most this much of the newest WAL.
+	PartialEvery time.Duration `mapstructure:"partial_every"`
 	// Interval is how often the archiver looks for work.
 	Interval time.Duration `mapstructure:"interval"`
 	// KeepLocal keeps local segments even when archived and consumed.
@@ -96,6 +101,7 @@ func DefaultConfig() Config {
 		Archive: ArchiveConfig{
 			Prefix:         "wal",
 			PartialAfter:   10 * time.Second,
+			PartialEvery:   time.Minute,
 			Interval:       time.Second,
 			Takeover:       30 * time.Second,
 			ConsumerExpiry: time.Hour,

@@ -22,6 +22,7 @@ func BindFlags(fs *pflag.FlagSet, c *Config) {
 	fs.BoolVar(&c.Archive.Enabled, "archive", c.Archive.Enabled, "archive WAL segments to the object store")
 	fs.StringVar(&c.Archive.Prefix, "archive-prefix", c.Archive.Prefix, "object key prefix of archived WAL")
 	fs.DurationVar(&c.Archive.PartialAfter, "archive-partial-after", c.Archive.PartialAfter, "upload the partial segment after this quiet time (0: never)")
+	fs.DurationVar(&c.Archive.PartialEvery, "archive-partial-every", c.Archive.PartialEvery, "also upload the partial segment this often while commits go on (0: only after quiet)")
 	fs.DurationVar(&c.Archive.Interval, "archive-interval", c.Archive.Interval, "how often the archiver looks for work")
 	fs.BoolVar(&c.Archive.KeepLocal, "archive-keep-local", c.Archive.KeepLocal, "keep local WAL even when archived and consumed")
 	fs.Uint64Var(&c.Archive.Retain, "archive-retain", c.Archive.Retain, "with no WAL consumer (a writeback-mode pageserver): remove archived WAL more than this many bytes below the flush LSN (0: keep it until a consumer reports)")

@@ -140,7 +140,8 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	}
 	if deps.Archive != nil && cfg.Archive.Enabled {
 		rank, size := groupRank(cfg.ListenAddr, cfg.Peers)
-		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix, PartialAfter: cfg.Archive.PartialAfter,
+		n.arch = archive.New(archive.Options{Store: deps.Archive, Prefix: cfg.Archive.Prefix,
+			PartialAfter: cfg.Archive.PartialAfter, PartialEvery: cfg.Archive.PartialEvery,
 			Rank: rank, GroupSize: size, Takeover: cfg.Archive.Takeover, Logger: log}, st)
 	}
 	n.m.flushLSN.Set(lsnFloat(st.FlushLSN()))

@@ -35,6 +35,12 @@ type Options struct {
 	Store        objectstore.Store
 	Prefix       string
 	PartialAfter time.Duration // 0: never upload partial segments
+	// PartialEvery uploads the partial last segment this often while
+	// commits go on and never leave PartialAfter of quiet (0: only after
+	// quiet). It bounds what a restore from the object store alone misses
+	// after the loss of every safekeeper's disk. Only the segment's owner
+	// uploads on this schedule; the other members keep to the quiet rule.
+	PartialEvery time.Duration
 	// Rank and GroupSize place this safekeeper in its group (rank 0 ..
 	// GroupSize-1, the same order on every member); GroupSize <= 1 uploads
 	// every segment.
@@ -64,6 +70,7 @@ type Archiver struct {
 	lastCommit  pg.LSN
 	lastChange  time.Time
 	partialDone pg.LSN
+	partialAt   time.Time // the last partial upload (or New)
 
 	waiting map[uint64]time.Time // segments other members own, missing from the store since
 	inStore map[uint64]bool      // segments past a gap known to be in the store
@@ -79,7 +86,7 @@ func New(o Options, st *walstore.Store) *Archiver {
 	if o.Takeover <= 0 {
 		o.Takeover = DefaultTakeover
 	}
-	return &Archiver{o: o, st: st, waiting: map[uint64]time.Time{}, inStore: map[uint64]bool{}}
+	return &Archiver{o: o, st: st, partialAt: o.Now(), waiting: map[uint64]time.Time{}, inStore: map[uint64]bool{}}
 }
 
 // Key returns the object key of a segment (partial: with ".partial").
@@ -163,10 +170,13 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 		a.lastCommit, a.lastChange = limit, now
 	}
 	quiet := a.o.PartialAfter
-	if !a.owns(uint64(archived) / seg) {
+	owner := a.owns(uint64(archived) / seg)
+	if !owner {
 		quiet += a.o.Takeover // the owner's job, unless it is gone
 	}
-	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && (final || now.Sub(a.lastChange) >= quiet) {
+	due := final || now.Sub(a.lastChange) >= quiet ||
+		owner && a.o.PartialEvery > 0 && now.Sub(a.partialAt) >= a.o.PartialEvery
+	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && due {
 		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
 		key := Key(a.o.Prefix, ctl.SystemID, name, true)
 		if final {
@@ -182,7 +192,7 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 			objectstore.PutOptions{Size: int64(limit - archived)}); err != nil {
 			return archived, fmt.Errorf("archive: upload %s.partial: %w", name, err)
 		}
-		a.partialDone = limit
+		a.partialDone, a.partialAt = limit, now
 		a.o.Logger.Debug().Str("segment", name).Str("end", limit.String()).Msg("archive: uploaded partial segment")
 	}
 	return archived, nil

@@ -337,6 +337,91 @@ func TestFinalUploadsPartial(t *testing.T) {
 	}
 }
 
+// TestPartialEvery: commits every few seconds never leave PartialAfter of
+// quiet; the segment's owner still uploads the partial segment every
+// PartialEvery, up to the commit LSN of the time, so that the store is
+// never far behind. A member that does not own the segment, and an owner
+// without PartialEvery, keep to the quiet rule and upload nothing here.
+func TestPartialEvery(t *testing.T) {
+	ctx := context.Background()
+	const start = pg.LSN(3 * seg) // segment 3: rank 1 of 2 owns it
+	wal := make([]byte, 3*walstore.BlockSize)
+	rand.New(rand.NewSource(5)).Read(wal)
+	sts := group(t, 3, start, wal)
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	type member struct {
+		what  string
+		a     *Archiver
+		store *objectstore.Memory
+	}
+	var ms []member
+	for i, m := range []struct {
+		what  string
+		rank  int
+		every time.Duration
+	}{{"the owner", 1, time.Minute}, {"a member that does not own the segment", 0, time.Minute}, {"the owner without PartialEvery", 1, 0}} {
+		store := objectstore.NewMemory()
+		ms = append(ms, member{m.what, New(Options{Store: store, Prefix: "wal", PartialAfter: 10 * time.Second, PartialEvery: m.every,
+			Rank: m.rank, GroupSize: 2, Logger: zerolog.Nop(), Now: clock}, sts[i]), store})
+	}
+	key := Key("wal", 7, walstore.SegmentName(1, uint64(start)/seg, seg), true)
+	size := func(st *objectstore.Memory) int64 {
+		oi, err := st.Stat(ctx, key)
+		if errors.Is(err, objectstore.ErrNotFound) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return oi.Size
+	}
+	var uploads []int64 // the owner's copy: its size whenever it changed
+	for step := 0; step <= 30; step++ {
+		commit := start + pg.LSN(500*(step+1)) // a commit every 5 s
+		for _, m := range ms {
+			if _, err := m.a.Step(ctx, commit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := size(ms[0].store); n > 0 && (len(uploads) == 0 || uploads[len(uploads)-1] != n) {
+			if n != int64(commit-start) {
+				t.Fatalf("at %ds the owner uploaded %d bytes, want the %d up to the commit LSN", step*5, n, commit-start)
+			}
+			uploads = append(uploads, n)
+			if step%12 != 0 {
+				t.Fatalf("the owner uploaded the partial segment at %ds, want every 60 s", step*5)
+			}
+		}
+		now = now.Add(5 * time.Second)
+	}
+	if len(uploads) != 2 {
+		t.Fatalf("over 150 s of commits the owner uploaded the partial segment %d times (%v), want 2 (at 60 and 120 s)", len(uploads), uploads)
+	}
+	for _, m := range ms[1:] {
+		if n := size(m.store); n != 0 {
+			t.Errorf("%s uploaded %d bytes of the partial segment without quiet", m.what, n)
+		}
+	}
+	// Quiet again: every member's rule still holds (the owner's copy
+	// catches up after PartialAfter, the other after PartialAfter plus
+	// Takeover).
+	final := start + pg.LSN(500*32)
+	for step := 0; step <= 9; step++ {
+		for _, m := range ms {
+			if _, err := m.a.Step(ctx, final); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(5 * time.Second)
+	}
+	for _, m := range ms {
+		if n := size(m.store); n != int64(final-start) {
+			t.Errorf("%s: %d bytes of the partial segment after 45 s of quiet, want %d", m.what, n, final-start)
+		}
+	}
+}
+
 // slowPuts takes a few milliseconds for each Put, as a remote store does.
 type slowPuts struct{ objectstore.Store }
 
