@@ -79,7 +79,7 @@ command to start it and its connection string are printed at the end.`,
 			}
 			pagesAt := ""
 			if r.PagesAt < r.LSN {
-				pagesAt = fmt.Sprintf(" as of %s (the store's newest)", r.PagesAt)
+				pagesAt = fmt.Sprintf(" as of %s, the store's newest", r.PagesAt)
 			}
 			fmt.Printf("  %d relation forks (%d pages%s), %d other files, %d WAL segments; recovery from checkpoint %s (REDO %s); log %s\n",
 				r.Relations, r.Pages, pagesAt, r.Files, r.Segments, r.Checkpoint, r.Redo, r.LogFile)
