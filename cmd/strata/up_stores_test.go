@@ -279,6 +279,9 @@ func TestStoreStopsAnswering(t *testing.T) {
 	if !strings.Contains(st, "the object store stopped answering (no answer or progress for 2s)") {
 		t.Fatalf("the failing line does not say why:\n%s", st)
 	}
+	if !strings.Contains(st, "archive   the WAL in the object store: unknown (the object store did not answer within 3 s)") {
+		t.Fatalf("status does not say that the WAL in the store is unknown:\n%s", st)
+	}
 	t.Logf("with the path cut:\n%s", st)
 
 	hole.Thaw()
@@ -289,6 +292,9 @@ func TestStoreStopsAnswering(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("2 minutes after the path came back, status still says:\n%s", st)
 		}
+	}
+	if !strings.Contains(st, "archive   WAL in the object store to ") {
+		t.Fatalf("with the path back, status does not say how far the WAL in the store reaches:\n%s", st)
 	}
 	if got := psql(t, pgURL, "SELECT count(*) FROM t WHERE a > 0"); got != "1001" {
 		t.Fatalf("%s rows, want 1001", got)

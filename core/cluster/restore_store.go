@@ -132,7 +132,7 @@ func (c *Cluster) RestoreFromStore(ctx context.Context, at restore.Target, dir s
 	}
 	progress(fmt.Sprintf("timeline %s: pages in the object store up to %s, WAL archived up to %s", tl, remote, walEnd))
 	if at.Latest && remote > walEnd {
-		progress(fmt.Sprintf("the pages reach %s, past the archived WAL: the copy ends at %s; commits in between are not in the object store (the safekeepers archive all of it as they stop with strata down; after a crash, whole segments, and the last partial one after 10 s without commits)", remote, walEnd))
+		progress(fmt.Sprintf("the pages reach %s, past the archived WAL: the copy ends at %s; commits in between are not in the object store (the safekeepers archive all of it as they stop with strata down; after a crash, whole segments, and the last partial one every minute and after 10 s without commits)", remote, walEnd))
 	}
 	if remote == 0 || walEnd == 0 {
 		return nil, fmt.Errorf("restore: timeline %s: nothing to restore (pages up to %s, WAL archived up to %s)", tl, remote, walEnd)

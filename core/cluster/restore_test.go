@@ -310,6 +310,18 @@ func TestRestoreFromStoreAfterCrash(t *testing.T) {
 		}
 	}
 
+	// strata status says how far the WAL in the store reaches: what a
+	// restore from the store alone gets back.
+	status, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	status.Print(&out)
+	if status.StoreWAL < flush || !strings.Contains(out.String(), "archive   WAL in the object store to "+status.StoreWAL.String()) {
+		t.Fatalf("status: the WAL in the object store %s (%s), want at least %s, and said:\n%s", status.StoreWAL, status.StoreWALErr, flush, out.String())
+	}
+
 	// The crash: every process at once, then the folder is lost.
 	state, err := c.readState()
 	if err != nil {
@@ -349,8 +361,8 @@ func TestRestoreFromStoreAfterCrash(t *testing.T) {
 	if !replayed || r.PagesAt >= r.LSN {
 		t.Errorf("the store's pages reach %s, the restore %s: the test meant the pages to lag the archived WAL (a pageserver that uploads them every ten minutes)", r.PagesAt, r.LSN)
 	}
-	if r.LSN < flush {
-		t.Errorf("restored up to %s, before the last commit's %s", r.LSN, flush)
+	if r.LSN < status.StoreWAL {
+		t.Errorf("restored up to %s, before the end of the WAL in the object store that strata status gave, %s", r.LSN, status.StoreWAL)
 	}
 	sock, _ := startRestored(t, ctx, r)
 	if got := queryString(t, ctx, sock, restoreCheck); got != last {

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/stratadb/strata/core/compute/agent"
+	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/pageserver/client"
 	"github.com/stratadb/strata/core/pageserver/sklink"
 	"github.com/stratadb/strata/core/restore"
@@ -74,6 +76,11 @@ type Status struct {
 	IngestsWAL bool
 	// Compute is the agent's report (nil when it does not answer).
 	Compute *agent.Report
+	// StoreWAL: the end of the WAL in the object store (whole segments and
+	// the partial copy of the last one), the newest moment a restore from
+	// the store alone reaches (zero, with StoreWALErr, when unknown).
+	StoreWAL    pg.LSN
+	StoreWALErr string
 	// Disk: what each part keeps on local disk; Free: the room left on
 	// each filesystem that holds them.
 	Disk []DiskUse
@@ -166,6 +173,7 @@ func (c *Cluster) Status(ctx context.Context) (*Status, error) {
 func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	var systemID uint64
 	for i, id := range c.safekeeperIDs() {
 		ss := SafekeeperStatus{Name: id}
 		if cl, err := server.Dial(c.safekeeperAddr(i)); err != nil {
@@ -176,6 +184,7 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			} else {
 				ss.Term, ss.Accepted, ss.FlushLSN, ss.CommitLSN = r.Term, r.Accepted, r.FlushLSN, r.CommitLSN
 				ss.StartLSN, ss.ArchivedLSN, ss.Archive = r.StartLSN, r.ArchivedLSN, r.Archive
+				systemID = max(systemID, r.SystemID)
 				for id, fb := range r.Consumers {
 					if s.Consumers == nil {
 						s.Consumers = map[string]server.Feedback{}
@@ -222,6 +231,35 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			resp.Body.Close()
 		}
 	}
+	if systemID != 0 {
+		// Last, on a clock of its own: a store that does not answer
+		// must not cost the lines above.
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		s.StoreWAL, s.StoreWALErr = c.storeWAL(sctx, systemID)
+		cancel()
+	}
+}
+
+// storeWAL returns the end of the cluster's WAL in the object store, or
+// why it is not known.
+func (c *Cluster) storeWAL(ctx context.Context, systemID uint64) (pg.LSN, string) {
+	const silent = "the object store did not answer within 3 s"
+	st, err := objstore.Open(ctx, c.cfg.ObjectStore, zerolog.Nop(), nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, silent
+		}
+		return 0, err.Error()
+	}
+	defer st.Close()
+	end, err := archivedEnd(ctx, st, "wal", systemID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, silent
+		}
+		return 0, err.Error()
+	}
+	return end, ""
 }
 
 // Print writes the status as a table.
@@ -261,6 +299,16 @@ func (s *Status) Print(w io.Writer) {
 	if len(s.Safekeepers) > 0 {
 		c := groupCommit(s.Safekeepers)
 		fmt.Fprintf(w, "safekeepers  commit %s (a majority's flush)  commit_lag %d B\n", c, lagBytes(s.CurrentLSN, c))
+		// What a restore from the object store alone would miss were
+		// the safekeepers' disks lost now.
+		switch {
+		case s.StoreWALErr != "":
+			fmt.Fprintf(w, "archive   the WAL in the object store: unknown (%s)\n", s.StoreWALErr)
+		case s.StoreWAL == 0 && c > 0:
+			fmt.Fprintf(w, "archive   no WAL in the object store yet  behind_commit %s\n", fmtBytes(uint64(c)))
+		case c > 0:
+			fmt.Fprintf(w, "archive   WAL in the object store to %s  behind_commit %s\n", s.StoreWAL, fmtBytes(uint64(lagBytes(c, s.StoreWAL))))
+		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.Consumers)) {
 		fb := s.Consumers[id]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratadb/strata/core/safekeeper/server"
 	"github.com/stratadb/strata/internal/trouble"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // TestStatusPrintProcesses: the process table shows LSNs and a lag only
@@ -122,6 +123,23 @@ func TestStatusGroupCommit(t *testing.T) {
 	if !strings.Contains(b.String(), "safekeeper sk1  archiving to the object store failing since 21:04:00 (2 in a row): archive: put wal/x: the object store stopped answering") ||
 		strings.Contains(b.String(), "safekeeper sk2  archiving") {
 		t.Fatalf("status with sk1's archiving failing:\n%s", b.String())
+	}
+	// The archive line: how far the WAL in the store trails the commit.
+	for _, tc := range []struct {
+		end  pg.LSN
+		err  string
+		want string
+	}{
+		{0, "", "archive   no WAL in the object store yet  behind_commit 4.7 KiB"},
+		{4000, "", "archive   WAL in the object store to 0/FA0  behind_commit 800 B"},
+		{0, "s3: bucket gone", "archive   the WAL in the object store: unknown (s3: bucket gone)"},
+	} {
+		s.StoreWAL, s.StoreWALErr = tc.end, tc.err
+		b.Reset()
+		s.Print(&b)
+		if !strings.Contains(b.String(), tc.want+"\n") {
+			t.Fatalf("status with the WAL in the store to %s (%q): want %q in\n%s", tc.end, tc.err, tc.want, b.String())
+		}
 	}
 	s.Safekeepers[1].Err = "dial tcp 127.0.0.1:7677: connect: connection refused"
 	if got := groupCommit(s.Safekeepers); got != 3000 {
