@@ -16,6 +16,7 @@ type metrics struct {
 	lagBytes    prometheus.Gauge
 	archivedLSN prometheus.Gauge
 	archiveLag  prometheus.Gauge
+	partialLSN  prometheus.Gauge
 	fsync       prometheus.Histogram
 	bytesIn     prometheus.Counter
 	bytesOut    prometheus.Counter
@@ -41,6 +42,8 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 			Help: "All WAL below this LSN is in the object store.", ConstLabels: c}),
 		archiveLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_archive_lag_bytes",
 			Help: "Flushed WAL bytes not yet archived.", ConstLabels: c}),
+		partialLSN: prometheus.NewGauge(prometheus.GaugeOpts{Name: "strata_safekeeper_archive_partial_lsn",
+			Help: "End of the partial last segment this safekeeper last put into the object store (0: none yet).", ConstLabels: c}),
 		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strata_safekeeper_fsync_seconds",
 			Help: "Duration of group-commit flushes (data and checksum fdatasync).", ConstLabels: c,
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
@@ -64,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, id, dataDir string) *metrics {
 	free := strmetrics.NewDiskFree("strata_safekeeper_disk_free_bytes",
 		"Bytes free on the data folder's filesystem (read at each scrape): alert before strata_safekeeper_disk_full.", dataDir, c)
 	if reg != nil {
-		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, m.fromArchive, m.consumersExpired, free} {
+		for _, col := range []prometheus.Collector{m.flushLSN, m.commitLSN, m.lagBytes, m.archivedLSN, m.archiveLag, m.partialLSN, m.fsync, m.bytesIn, m.bytesOut, m.term, m.diskFull, m.slowRaw, m.peerPolls, m.fromArchive, m.consumersExpired, free} {
 			reg.MustRegister(col)
 		}
 	}

@@ -1010,6 +1010,7 @@ func (n *Node) archiveLoop(ctx context.Context) {
 			continue
 		}
 		n.m.archivedLSN.Set(lsnFloat(archived))
+		n.m.partialLSN.Set(lsnFloat(n.arch.PartialLSN()))
 		if f := n.st.FlushLSN(); f > archived {
 			n.m.archiveLag.Set(float64(f - archived))
 		} else {

@@ -198,6 +198,11 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 	return archived, nil
 }
 
+// PartialLSN returns the end of the partial segment this archiver last
+// put into the store, or found there as long (0: none). Called from the
+// goroutine that calls Step.
+func (a *Archiver) PartialLSN() pg.LSN { return a.partialDone }
+
 // checkStore runs before the first step. The control file's archived LSN
 // is about the store this safekeeper archived to, and the configured store
 // may not be that one any more (objectstore changed in the config, a bucket

@@ -389,6 +389,9 @@ func TestPartialEvery(t *testing.T) {
 				t.Fatalf("at %ds the owner uploaded %d bytes, want the %d up to the commit LSN", step*5, n, commit-start)
 			}
 			uploads = append(uploads, n)
+			if got := ms[0].a.PartialLSN(); got != commit {
+				t.Fatalf("at %ds PartialLSN is %s, want the commit LSN uploaded, %s", step*5, got, commit)
+			}
 			if step%12 != 0 {
 				t.Fatalf("the owner uploaded the partial segment at %ds, want every 60 s", step*5)
 			}
@@ -399,8 +402,8 @@ func TestPartialEvery(t *testing.T) {
 		t.Fatalf("over 150 s of commits the owner uploaded the partial segment %d times (%v), want 2 (at 60 and 120 s)", len(uploads), uploads)
 	}
 	for _, m := range ms[1:] {
-		if n := size(m.store); n != 0 {
-			t.Errorf("%s uploaded %d bytes of the partial segment without quiet", m.what, n)
+		if n := size(m.store); n != 0 || m.a.PartialLSN() != 0 {
+			t.Errorf("%s uploaded %d bytes of the partial segment without quiet (PartialLSN %s)", m.what, n, m.a.PartialLSN())
 		}
 	}
 	// Quiet again: every member's rule still holds (the owner's copy
