@@ -60,7 +60,8 @@ type ArchiveConfig struct {
 	// time (0 disables partial uploads).
 	PartialAfter time.Duration `mapstructure:"partial_after"`
 	// PartialEvery also uploads it this often while commits go on (the
-	// segment's owner in the group; 0: only after quiet). A restore from
+	// segment's owner in the group, another member when the owner's copy
+	// stops growing; 0: only after quiet). A restore from
 	// the object store alone after every safekeeper disk is lost (one
 	// machine's) misses at most this much of the newest WAL.
 	PartialEvery time.Duration `mapstructure:"partial_every"`

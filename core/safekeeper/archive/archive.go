@@ -38,8 +38,10 @@ type Options struct {
 	// PartialEvery uploads the partial last segment this often while
 	// commits go on and never leave PartialAfter of quiet (0: only after
 	// quiet). It bounds what a restore from the object store alone misses
-	// after the loss of every safekeeper's disk. Only the segment's owner
-	// uploads on this schedule; the other members keep to the quiet rule.
+	// after the loss of every safekeeper's disk. The segment's owner
+	// uploads on this schedule; the other members look at its copy as
+	// often and upload in its place when the copy has not grown for
+	// PartialEvery plus Takeover.
 	PartialEvery time.Duration
 	// Rank and GroupSize place this safekeeper in its group (rank 0 ..
 	// GroupSize-1, the same order on every member); GroupSize <= 1 uploads
@@ -71,6 +73,14 @@ type Archiver struct {
 	lastChange  time.Time
 	partialDone pg.LSN
 	partialAt   time.Time // the last partial upload (or New)
+
+	// A member that does not own the last segment watches the owner's
+	// partial copy (ownerSilent): when it looked last, and the copy's
+	// size and since when it has been that.
+	peekAt    time.Time
+	seenSeg   uint64
+	seenSize  int64
+	seenSince time.Time
 
 	waiting map[uint64]time.Time // segments other members own, missing from the store since
 	inStore map[uint64]bool      // segments past a gap known to be in the store
@@ -174,11 +184,21 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 	if !owner {
 		quiet += a.o.Takeover // the owner's job, unless it is gone
 	}
-	due := final || now.Sub(a.lastChange) >= quiet ||
-		owner && a.o.PartialEvery > 0 && now.Sub(a.partialAt) >= a.o.PartialEvery
-	if a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone && due {
-		name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
-		key := Key(a.o.Prefix, ctl.SystemID, name, true)
+	name := walstore.SegmentName(ctl.Timeline, uint64(archived)/seg, seg)
+	key := Key(a.o.Prefix, ctl.SystemID, name, true)
+	wanted := a.o.PartialAfter > 0 && limit > archived && limit > a.partialDone
+	due := final || now.Sub(a.lastChange) >= quiet
+	if wanted && !due && a.o.PartialEvery > 0 {
+		if owner {
+			due = now.Sub(a.partialAt) >= a.o.PartialEvery
+		} else if now.Sub(a.peekAt) >= a.o.PartialEvery {
+			var err error
+			if due, err = a.ownerSilent(ctx, key, uint64(archived)/seg, int64(limit-archived), now); err != nil {
+				return archived, err
+			}
+		}
+	}
+	if wanted && due {
 		if final {
 			if err := a.waitTurn(ctx, uint64(archived)/seg); err != nil {
 				return archived, err
@@ -193,9 +213,37 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 			return archived, fmt.Errorf("archive: upload %s.partial: %w", name, err)
 		}
 		a.partialDone, a.partialAt = limit, now
+		a.seenSeg, a.seenSize, a.seenSince = uint64(archived)/seg, int64(limit-archived), now
 		a.o.Logger.Debug().Str("segment", name).Str("end", limit.String()).Msg("archive: uploaded partial segment")
 	}
 	return archived, nil
+}
+
+// ownerSilent is a member's look, once per PartialEvery, at the partial
+// copy of segment no, which the segment's owner replaces every
+// PartialEvery while commits go on. It reports true when the copy is
+// shorter than want (this member's WAL of the segment) and has not
+// changed for PartialEvery plus Takeover: the owner is down or cut off,
+// and this member uploads in its place, as for whole segments.
+func (a *Archiver) ownerSilent(ctx context.Context, key string, no uint64, want int64, now time.Time) (bool, error) {
+	a.peekAt = now
+	var size int64
+	oi, err := a.o.Store.Stat(ctx, key)
+	switch {
+	case err == nil:
+		size = oi.Size
+	case !errors.Is(err, objectstore.ErrNotFound):
+		return false, fmt.Errorf("archive: stat %s: %w", key, err)
+	}
+	if no != a.seenSeg || size != a.seenSize {
+		since := now
+		if a.seenSince.IsZero() {
+			since = a.partialAt // the first look: unchanged since New, as far as this member knows
+		}
+		a.seenSeg, a.seenSize, a.seenSince = no, size, since
+		return false, nil
+	}
+	return size < want && now.Sub(a.seenSince) >= a.o.PartialEvery+a.o.Takeover, nil
 }
 
 // PartialLSN returns the end of the partial segment this archiver last

@@ -8,7 +8,9 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,33 +342,42 @@ func TestFinalUploadsPartial(t *testing.T) {
 // TestPartialEvery: commits every few seconds never leave PartialAfter of
 // quiet; the segment's owner still uploads the partial segment every
 // PartialEvery, up to the commit LSN of the time, so that the store is
-// never far behind. A member that does not own the segment, and an owner
-// without PartialEvery, keep to the quiet rule and upload nothing here.
+// never far behind. Another member looks at the owner's copy as often and
+// uploads nothing while it grows; when it stops growing (the owner is
+// gone) for PartialEvery plus Takeover, that member uploads in its place.
+// An owner without PartialEvery keeps to the quiet rule.
 func TestPartialEvery(t *testing.T) {
 	ctx := context.Background()
 	const start = pg.LSN(3 * seg) // segment 3: rank 1 of 2 owns it
 	wal := make([]byte, 3*walstore.BlockSize)
 	rand.New(rand.NewSource(5)).Read(wal)
-	sts := group(t, 3, start, wal)
+	sts := group(t, 4, start, wal)
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
+	shared := objectstore.NewMemory()
 	type member struct {
 		what  string
 		a     *Archiver
-		store *objectstore.Memory
+		store *countingPuts
 	}
 	var ms []member
 	for i, m := range []struct {
 		what  string
 		rank  int
 		every time.Duration
-	}{{"the owner", 1, time.Minute}, {"a member that does not own the segment", 0, time.Minute}, {"the owner without PartialEvery", 1, 0}} {
-		store := objectstore.NewMemory()
+		store objectstore.Store
+	}{
+		{"the owner", 1, time.Minute, shared},
+		{"a member beside the owner", 0, time.Minute, shared},
+		{"a member whose owner is gone", 0, time.Minute, objectstore.NewMemory()},
+		{"the owner without PartialEvery", 1, 0, objectstore.NewMemory()},
+	} {
+		store := &countingPuts{Store: m.store}
 		ms = append(ms, member{m.what, New(Options{Store: store, Prefix: "wal", PartialAfter: 10 * time.Second, PartialEvery: m.every,
-			Rank: m.rank, GroupSize: 2, Logger: zerolog.Nop(), Now: clock}, sts[i]), store})
+			Rank: m.rank, GroupSize: 2, Takeover: 30 * time.Second, Logger: zerolog.Nop(), Now: clock}, sts[i]), store})
 	}
 	key := Key("wal", 7, walstore.SegmentName(1, uint64(start)/seg, seg), true)
-	size := func(st *objectstore.Memory) int64 {
+	size := func(st objectstore.Store) int64 {
 		oi, err := st.Stat(ctx, key)
 		if errors.Is(err, objectstore.ErrNotFound) {
 			return 0
@@ -376,39 +387,33 @@ func TestPartialEvery(t *testing.T) {
 		}
 		return oi.Size
 	}
-	var uploads []int64 // the owner's copy: its size whenever it changed
+	uploads := map[int][]int{} // member: the seconds it put the partial copy at
 	for step := 0; step <= 30; step++ {
 		commit := start + pg.LSN(500*(step+1)) // a commit every 5 s
-		for _, m := range ms {
+		for i, m := range ms {
+			before := m.store.puts.Load()
 			if _, err := m.a.Step(ctx, commit); err != nil {
 				t.Fatal(err)
 			}
-		}
-		if n := size(ms[0].store); n > 0 && (len(uploads) == 0 || uploads[len(uploads)-1] != n) {
-			if n != int64(commit-start) {
-				t.Fatalf("at %ds the owner uploaded %d bytes, want the %d up to the commit LSN", step*5, n, commit-start)
+			if m.store.puts.Load() == before {
+				continue
 			}
-			uploads = append(uploads, n)
-			if got := ms[0].a.PartialLSN(); got != commit {
-				t.Fatalf("at %ds PartialLSN is %s, want the commit LSN uploaded, %s", step*5, got, commit)
-			}
-			if step%12 != 0 {
-				t.Fatalf("the owner uploaded the partial segment at %ds, want every 60 s", step*5)
+			uploads[i] = append(uploads[i], step*5)
+			if n := size(m.store); n != int64(commit-start) || m.a.PartialLSN() != commit {
+				t.Fatalf("%s at %ds: %d bytes, PartialLSN %s; want the %d up to the commit LSN %s", m.what, step*5, n, m.a.PartialLSN(), commit-start, commit)
 			}
 		}
 		now = now.Add(5 * time.Second)
 	}
-	if len(uploads) != 2 {
-		t.Fatalf("over 150 s of commits the owner uploaded the partial segment %d times (%v), want 2 (at 60 and 120 s)", len(uploads), uploads)
-	}
-	for _, m := range ms[1:] {
-		if n := size(m.store); n != 0 || m.a.PartialLSN() != 0 {
-			t.Errorf("%s uploaded %d bytes of the partial segment without quiet (PartialLSN %s)", m.what, n, m.a.PartialLSN())
+	want := map[int][]int{0: {60, 120}, 2: {120}}
+	for i, m := range ms {
+		if !slices.Equal(uploads[i], want[i]) {
+			t.Errorf("%s put the partial copy at %v s over 150 s of commits every 5 s, want %v", m.what, uploads[i], want[i])
 		}
 	}
 	// Quiet again: every member's rule still holds (the owner's copy
-	// catches up after PartialAfter, the other after PartialAfter plus
-	// Takeover).
+	// catches up after PartialAfter, the others' after PartialAfter plus
+	// Takeover, unless the store holds as much by then).
 	final := start + pg.LSN(500*32)
 	for step := 0; step <= 9; step++ {
 		for _, m := range ms {
@@ -423,6 +428,17 @@ func TestPartialEvery(t *testing.T) {
 			t.Errorf("%s: %d bytes of the partial segment after 45 s of quiet, want %d", m.what, n, final-start)
 		}
 	}
+}
+
+// countingPuts counts the Puts that reach a store.
+type countingPuts struct {
+	objectstore.Store
+	puts atomic.Int64
+}
+
+func (c *countingPuts) Put(ctx context.Context, key string, r io.Reader, o objectstore.PutOptions) error {
+	c.puts.Add(1)
+	return c.Store.Put(ctx, key, r, o)
 }
 
 // slowPuts takes a few milliseconds for each Put, as a remote store does.
