@@ -105,6 +105,29 @@ func (c *cluster) close() {
 	}
 }
 
+// eachArchived calls fn with every segment object in the cluster's
+// archive: its key, its segment number, whether it is a partial copy,
+// and its bytes.
+func (c *cluster) eachArchived(fn func(key string, no uint64, partial bool, data []byte) error) error {
+	return c.mem.List(context.Background(), "wal/", func(oi objectstore.ObjectInfo) error {
+		name := filepath.Base(oi.Key)
+		_, no, err := walstore.ParseSegmentName(strings.TrimSuffix(name, ".partial"), uint64(pg.WALSegmentSize))
+		if err != nil {
+			return err
+		}
+		r, err := c.mem.Get(context.Background(), oi.Key)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		return fn(oi.Key, no, strings.HasSuffix(name, ".partial"), data)
+	})
+}
+
 // waitSync waits until Postgres sees n synchronous (quorum) standbys.
 func waitSync(t testing.TB, srv *pgtest.Server, n int) {
 	t.Helper()
@@ -178,23 +201,11 @@ func TestThreeSafekeepersPgbench(t *testing.T) {
 		return true
 	})
 	var full, partial int
-	err = c.mem.List(context.Background(), "wal/", func(oi objectstore.ObjectInfo) error {
-		name := filepath.Base(oi.Key)
-		isPartial := strings.HasSuffix(name, ".partial")
-		_, no, err := walstore.ParseSegmentName(strings.TrimSuffix(name, ".partial"), seg)
-		if err != nil {
-			return err
-		}
-		r, err := c.mem.Get(context.Background(), oi.Key)
-		if err != nil {
-			return err
-		}
-		data, _ := io.ReadAll(r)
-		r.Close()
+	err = c.eachArchived(func(key string, no uint64, isPartial bool, data []byte) error {
 		if !isPartial && len(data) != int(seg) {
-			return fmt.Errorf("%s: %d bytes", oi.Key, len(data))
+			return fmt.Errorf("%s: %d bytes", key, len(data))
 		}
-		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, oi.Key)
+		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, key)
 		if isPartial {
 			partial++
 		} else {
@@ -256,22 +267,8 @@ func TestFinalArchiveHasEveryCommit(t *testing.T) {
 
 	seg := uint64(pg.WALSegmentSize)
 	var archived pg.LSN
-	err := c.mem.List(context.Background(), "wal/", func(oi objectstore.ObjectInfo) error {
-		name := filepath.Base(oi.Key)
-		_, no, err := walstore.ParseSegmentName(strings.TrimSuffix(name, ".partial"), seg)
-		if err != nil {
-			return err
-		}
-		r, err := c.mem.Get(context.Background(), oi.Key)
-		if err != nil {
-			return err
-		}
-		data, err := io.ReadAll(r)
-		r.Close()
-		if err != nil {
-			return err
-		}
-		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, oi.Key)
+	err := c.eachArchived(func(key string, no uint64, _ bool, data []byte) error {
+		testpg.CompareBytes(t, c.srv, pg.LSN(no*seg), data, key)
 		archived = max(archived, pg.LSN(no*seg)+pg.LSN(len(data)))
 		return nil
 	})
