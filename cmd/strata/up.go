@@ -101,7 +101,9 @@ func newStatusCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show each process of the cluster, its LSNs and lags, and the disk it takes",
-		Long: `Show each process of the cluster, its LSNs and lags, and the disk it takes.
+		Long: `Show each process of the cluster, its LSNs and lags, and the disk it takes,
+and how far the WAL in the object store reaches (what a restore from the
+store alone gets back were the machine lost now).
 
 Exits 0 when every process of the cluster runs. Exits 1 when the cluster is
 not running (it still shows the disk its state takes) or when a process of

@@ -1051,8 +1051,10 @@ func (a *Agent) trimToRecord(ctx context.Context, donor string, end, floor pg.LS
 			return 0, err
 		}
 		// The donor no longer holds the page before its end (WAL removed
-		// up to a segment boundary): keep the end as it is, as before.
-		a.log.Warn().Err(err).Str("donor", donor).Str("donor_end", end.String()).Msg("could not find the last record end below the donor's end; starting the term there")
+		// up to a segment boundary), or the end follows the zero padding
+		// of a pg_switch_wal (its record ends there): keep the end as it
+		// is, as before.
+		a.log.Warn().Err(err).Str("donor", donor).Str("donor_end", end.String()).Msg("no record end found on the page below the donor's end (its WAL before it removed, or pg_switch_wal's padding); starting the term at that end")
 		return end, nil
 	}
 	if w != end {
