@@ -208,7 +208,7 @@ func (a *Archiver) step(ctx context.Context, commit pg.LSN, final bool) (pg.LSN,
 				return archived, nil
 			}
 		}
-		if err := a.o.Store.Put(ctx, Key(a.o.Prefix, ctl.SystemID, name, true), a.read(archived, limit),
+		if err := a.o.Store.Put(ctx, key, a.read(archived, limit),
 			objectstore.PutOptions{Size: int64(limit - archived)}); err != nil {
 			return archived, fmt.Errorf("archive: upload %s.partial: %w", name, err)
 		}
