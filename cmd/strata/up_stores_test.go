@@ -223,25 +223,22 @@ func pgCtl(t *testing.T, dataDir string, args ...string) {
 	asPostgres(t, "pg_ctl", append([]string{"-D", dataDir}, args...)...)
 }
 
-// TestStoreStopsAnswering: a cluster on S3 whose path to the store is cut
-// (connections left open, nothing answered, as when a network drops the
-// packets) goes on committing; within the stall timeout and the retries
-// `strata status` says that the safekeepers' archiving fails and why;
-// once the path is back the lines go, and the rows are all there.
-func TestStoreStopsAnswering(t *testing.T) {
-	if _, err := os.Stat(pgBin("postgres")); err != nil {
-		t.Skip("PostgreSQL 15 not installed")
-	}
-	bin := buildStrata(t)
+// clusterBehindHole writes the configuration of a cluster on S3 (a
+// versitygw) whose path to the store goes through a netfault hole, with a
+// 2 s stall timeout, and returns the strata binary, the cluster's folder,
+// the configuration file and the hole. The cluster is stopped at the end.
+func clusterBehindHole(t *testing.T) (bin, dir, cfg string, hole *netfault.Blackhole) {
+	t.Helper()
+	bin = buildStrata(t)
 	gw := s3test.StartVersityGW(t)
 	gw.SetEnv(t)
 	u, err := url.Parse(gw.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hole := netfault.Start(t, u.Host)
-	dir := clusterDir(t)
-	cfg := filepath.Join(dir, "strata.yaml")
+	hole = netfault.Start(t, u.Host)
+	dir = clusterDir(t)
+	cfg = filepath.Join(dir, "strata.yaml")
 	y := "cluster:\n  data_dir: " + filepath.Join(dir, "state") +
 		"\n  safekeeper_port: " + strconv.Itoa(pgtest.FreePorts(t, 4)) +
 		"\n  metrics_port: 0\ncompute:\n  port: " + strconv.Itoa(pgtest.FreePort(t)) +
@@ -251,6 +248,19 @@ func TestStoreStopsAnswering(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { run(t, bin, dir, nil, "--config", cfg, "down") })
+	return bin, dir, cfg, hole
+}
+
+// TestStoreStopsAnswering: a cluster on S3 whose path to the store is cut
+// (connections left open, nothing answered, as when a network drops the
+// packets) goes on committing; within the stall timeout and the retries
+// `strata status` says that the safekeepers' archiving fails and why;
+// once the path is back the lines go, and the rows are all there.
+func TestStoreStopsAnswering(t *testing.T) {
+	if _, err := os.Stat(pgBin("postgres")); err != nil {
+		t.Skip("PostgreSQL 15 not installed")
+	}
+	bin, dir, cfg, hole := clusterBehindHole(t)
 	out, e, code := run(t, bin, dir, nil, "--config", cfg, "up")
 	if code != 0 {
 		t.Fatalf("strata up: exit %d\n%s", code, e)
@@ -298,5 +308,84 @@ func TestStoreStopsAnswering(t *testing.T) {
 	}
 	if got := psql(t, pgURL, "SELECT count(*) FROM t WHERE a > 0"); got != "1001" {
 		t.Fatalf("%s rows, want 1001", got)
+	}
+}
+
+// TestUpWhileStoreDown: a cluster that has run before starts again while
+// its object store does not answer (the path to it cut): `strata up` says
+// so and goes on, the pageserver serves the timeline from its own disk,
+// the rows are there and new commits go in; `strata status` shows the
+// uploads failing; once the path is back they succeed, and after another
+// down and up with the store answering every row is there.
+func TestUpWhileStoreDown(t *testing.T) {
+	if _, err := os.Stat(pgBin("postgres")); err != nil {
+		t.Skip("PostgreSQL 15 not installed")
+	}
+	bin, dir, cfg, hole := clusterBehindHole(t)
+	up := func() (url, progress string) {
+		t.Helper()
+		start := time.Now()
+		out, e, code := run(t, bin, dir, nil, "--config", cfg, "up")
+		if code != 0 {
+			t.Fatalf("strata up: exit %d\n%s", code, e)
+		}
+		t.Logf("strata up took %s", time.Since(start).Round(time.Second))
+		return strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]), e
+	}
+	down := func() {
+		t.Helper()
+		if _, e, code := run(t, bin, dir, nil, "--config", cfg, "down"); code != 0 {
+			t.Fatalf("strata down: exit %d\n%s", code, e)
+		}
+	}
+	pgURL, _ := up()
+	psql(t, pgURL, "CREATE TABLE t (a int); INSERT INTO t SELECT generate_series(1, 1000)")
+	down()
+	// create_bucket asks the store at every open (as it is meant for test
+	// servers); a real bucket exists, and opening the store asks nothing.
+	y, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(y), "create_bucket: true", "create_bucket: false", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	hole.Freeze()
+	pgURL, progress := up()
+	if !strings.Contains(progress, "object store does not answer") || !strings.Contains(progress, "starting on this machine's data") {
+		t.Fatalf("strata up with the store down does not say so:\n%s", progress)
+	}
+	if got := psql(t, pgURL, "SELECT count(*) FROM t"); got != "1000" {
+		t.Fatalf("%s rows with the store down, want 1000", got)
+	}
+	// New pages for the pageserver to upload: a checkpoint writes them.
+	psql(t, pgURL, "INSERT INTO t SELECT generate_series(1001, 2000); CHECKPOINT")
+	status := func() string {
+		out, e, _ := run(t, bin, dir, nil, "--config", cfg, "status")
+		return out + e
+	}
+	st := status()
+	t.Logf("status with the store down:\n%s", st)
+	if !strings.Contains(st, "the object store did not answer within 3 s") {
+		t.Fatalf("status with the store down does not say that it does not answer:\n%s", st)
+	}
+
+	hole.Thaw()
+	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
+		if st = status(); !strings.Contains(st, "failing since") && strings.Contains(st, "archive   WAL in the object store to ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("150 s after the path came back, status says:\n%s", st)
+		}
+	}
+	down()
+	pgURL, progress = up()
+	if strings.Contains(progress, "does not answer") {
+		t.Fatalf("strata up with the store back still says it does not answer:\n%s", progress)
+	}
+	if got := psql(t, pgURL, "SELECT count(*) FROM t"); got != "2000" {
+		t.Fatalf("%s rows after the store came back, want 2000", got)
 	}
 }

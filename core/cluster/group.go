@@ -15,6 +15,7 @@ import (
 	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/internal/brief"
+	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -159,6 +160,11 @@ func (c *Cluster) checkGroupChange() (string, error) {
 // up` here, in the store's own words, and not after the safekeepers have
 // started, in the pageserver's log.
 //
+// A cluster that has run before starts anyway when the store only fails
+// to answer (a transient failure, or no answer within 10 s): its
+// pageserver serves the timeline from its own disk meanwhile. The
+// returned line says so.
+//
 // For a new cluster (fresh) it also returns a line for the operator when
 // the store already holds other clusters' timelines: a cluster whose data
 // folder was lost cannot be started again from them (its safekeepers' WAL
@@ -166,7 +172,11 @@ func (c *Cluster) checkGroupChange() (string, error) {
 // `strata up` to find it should hear so before new data goes into a new,
 // empty cluster.
 func (c *Cluster) checkStore(ctx context.Context, fresh bool) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wait := 30 * time.Second
+	if !fresh {
+		wait = 10 * time.Second // the pageserver asks again as it starts
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	st, err := objstore.Open(ctx, c.cfg.ObjectStore, zerolog.Nop(), nil)
 	if err != nil {
@@ -174,6 +184,12 @@ func (c *Cluster) checkStore(ctx context.Context, fresh bool) (string, error) {
 	}
 	defer st.Close()
 	tls, err := (&manifest.Remote{Store: st}).Timelines(ctx)
+	if err != nil && !fresh && (objectstore.IsTransient(err) || errors.Is(err, context.DeadlineExceeded)) {
+		// A restart during an outage: the pageserver serves the
+		// timeline from its disk and uploads once the store is back.
+		return fmt.Sprintf("the %s object store does not answer (%v): starting on this machine's data; uploads and the WAL archive wait for the store, and `strata status` shows them failing until it is back",
+			c.cfg.ObjectStore.Type, err), nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("cluster: the %s object store cannot be listed, so nothing was started: %w", c.cfg.ObjectStore.Type, err)
 	}

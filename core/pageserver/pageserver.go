@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,11 @@ var (
 	// ErrStaleTerm: a mutation or BeginTerm carries a term below the
 	// timeline's current term (the compute was fenced by a newer one).
 	ErrStaleTerm = errors.New("pageserver: stale term")
+	// ErrNotListed: the object store has not answered since the start, so
+	// the pageserver serves the timelines of its disk and does not know
+	// which others the store holds (CreateTimeline and Branch wait for
+	// it: a new ID could be one of them).
+	ErrNotListed = errors.New("pageserver: the object store's timelines are not listed yet")
 )
 
 // Deps are the pageserver's collaborators.
@@ -60,6 +66,14 @@ type Pageserver struct {
 
 	incarnation uint64
 
+	// listed: the object store's timelines are known (listed at New, or
+	// later by listLater when the store did not answer at New); always
+	// true without a store.
+	listed    atomic.Bool
+	stopList  chan struct{}
+	listDone  chan struct{}
+	closeOnce sync.Once
+
 	mu        sync.RWMutex
 	timelines map[pg.TimelineID]*timeline.Timeline
 	commits   map[pg.TimelineID]*timeline.CommitLSN
@@ -83,7 +97,11 @@ type meta struct {
 
 // New opens every timeline found in cfg.DataDir and, when a store is given,
 // every timeline the object store has a manifest for (a pageserver started
-// on an empty disk serves them by fetching layers on demand).
+// on an empty disk serves them by fetching layers on demand). When the
+// store does not answer within listTimeout (a transient failure or none)
+// and the disk holds timelines, New opens those and lists the store in
+// the background until it answers; meanwhile CreateTimeline and Branch
+// fail with ErrNotListed. Any other failure to list fails New.
 func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -121,27 +139,73 @@ func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 		}
 		metas[id] = m
 	}
-	if p.remote != nil {
-		ids, err := p.remote.Timelines(ctx)
-		if err != nil {
+	switch {
+	case p.remote == nil:
+		p.listed.Store(true)
+	default:
+		lctx, cancel := context.WithTimeout(ctx, listTimeout)
+		err := p.addRemote(lctx, metas)
+		cancel()
+		switch {
+		case err == nil:
+			p.listed.Store(true)
+		case len(metas) > 0 && ctx.Err() == nil && (objectstore.IsTransient(err) || errors.Is(err, context.DeadlineExceeded)):
+			// A restart while the store is out: the disk holds these
+			// timelines, the safekeepers the WAL; the uploads wait for
+			// the store, as they do when it fails while running.
+			p.d.Log.Warn().Err(err).Int("local_timelines", len(metas)).Dur("retry_every", listEvery).
+				Msg("the object store does not answer: serving the timelines on this disk; the store's own list is read again in the background, and new timelines wait for it")
+		default:
 			return nil, fmt.Errorf("pageserver: listing remote timelines: %w", err)
 		}
-		for _, id := range ids {
-			if _, ok := metas[id]; ok {
-				continue
-			}
-			m, err := p.remote.Latest(ctx, id)
-			if err != nil {
-				return nil, err
-			}
-			mt := meta{Ancestor: m.Ancestor, AncestorLSN: m.AncestorLSN}
-			if err := p.writeMeta(id, mt); err != nil {
-				return nil, err
-			}
-			metas[id] = mt
-		}
 	}
-	// Open ancestors before their branches.
+	if err := p.openAll(ctx, metas); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if !p.listed.Load() {
+		p.stopList, p.listDone = make(chan struct{}), make(chan struct{})
+		go p.listLater()
+	}
+	p.updateRetain()
+	return p, nil
+}
+
+// listTimeout bounds one listing of the store's timelines; listEvery is
+// the wait between two while the store has not answered since New (a
+// variable for the tests).
+const listTimeout = 15 * time.Second
+
+var listEvery = 10 * time.Second
+
+// addRemote adds to metas every timeline the object store has a manifest
+// for and metas lacks, writing its timeline.json.
+func (p *Pageserver) addRemote(ctx context.Context, metas map[pg.TimelineID]meta) error {
+	ids, err := p.remote.Timelines(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, ok := metas[id]; ok {
+			continue
+		}
+		m, err := p.remote.Latest(ctx, id)
+		if err != nil {
+			return err
+		}
+		mt := meta{Ancestor: m.Ancestor, AncestorLSN: m.AncestorLSN}
+		if err := p.writeMeta(id, mt); err != nil {
+			return err
+		}
+		metas[id] = mt
+	}
+	return nil
+}
+
+// openAll opens every timeline of metas that is not open yet, ancestors
+// before their branches (an ancestor already open needs no entry of its
+// own). The caller holds p.mu, or is New.
+func (p *Pageserver) openAll(ctx context.Context, metas map[pg.TimelineID]meta) error {
 	var open func(id pg.TimelineID, depth int) error
 	open = func(id pg.TimelineID, depth int) error {
 		if _, ok := p.timelines[id]; ok {
@@ -154,7 +218,8 @@ func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 			if err != nil {
 				return err
 			}
-			if _, ok := metas[aid]; !ok || depth > 1000 {
+			_, known := metas[aid]
+			if _, ok := p.timelines[aid]; !ok && !known || depth > 1000 {
 				return fmt.Errorf("pageserver: timeline %s: ancestor %s missing", id, aid)
 			}
 			if err := open(aid, depth+1); err != nil {
@@ -171,12 +236,73 @@ func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 	}
 	for id := range metas {
 		if err := open(id, 0); err != nil {
-			p.Close()
-			return nil, err
+			return err
 		}
 	}
-	p.updateRetain()
-	return p, nil
+	return nil
+}
+
+// listLater lists the object store's timelines every listEvery until it
+// answers, then opens the ones this disk lacks: New started on the local
+// timelines alone because the store did not answer.
+func (p *Pageserver) listLater() {
+	defer close(p.listDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stopList:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	since := time.Now()
+	for tries := 1; ; tries++ {
+		select {
+		case <-p.stopList:
+			return
+		case <-time.After(listEvery):
+		}
+		opened, err := p.listNow(ctx)
+		if err == nil {
+			p.d.Log.Info().Int("opened_from_store", opened).Dur("after", time.Since(since).Round(time.Second)).
+				Msg("the object store answers: its timelines are listed, and new timelines can be made again")
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if tries%6 == 0 {
+			p.d.Log.Warn().Err(err).Dur("since", time.Since(since).Round(time.Second)).
+				Msg("the object store still does not answer: its timelines are not listed yet (serving the ones on this disk)")
+		}
+	}
+}
+
+// listNow adds and opens the store's timelines that are not open, and
+// marks the store listed. It returns how many it opened.
+func (p *Pageserver) listNow(ctx context.Context) (int, error) {
+	metas := map[pg.TimelineID]meta{}
+	p.mu.RLock()
+	for id := range p.timelines {
+		metas[id] = meta{}
+	}
+	p.mu.RUnlock()
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	if err := p.addRemote(lctx, metas); err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	before := len(p.timelines)
+	err := p.openAll(ctx, metas)
+	p.updateRetainLocked()
+	if err != nil {
+		return len(p.timelines) - before, err
+	}
+	p.listed.Store(true)
+	return len(p.timelines) - before, nil
 }
 
 func (p *Pageserver) dir(id pg.TimelineID) string {
@@ -210,7 +336,9 @@ func (p *Pageserver) openTimeline(ctx context.Context, id pg.TimelineID, anc *ti
 		return nil, err
 	}
 	p.fences[id] = &fence{term: term}
-	return timeline.Open(ctx, id, p.dir(id), p.cfg.Options(), timeline.Deps{
+	opts := p.cfg.Options()
+	opts.DeferOpenCheck = !p.listed.Load()
+	return timeline.Open(ctx, id, p.dir(id), opts, timeline.Deps{
 		Log: p.d.Log, Commit: commit, Redo: p.d.Redo, Policy: p.cfg.Policy(),
 		Remote: p.remote, Metrics: p.metrics, Ancestor: anc, AncestorLSN: ancLSN,
 	})
@@ -222,6 +350,9 @@ func (p *Pageserver) Timeline(id pg.TimelineID) (*timeline.Timeline, error) {
 	defer p.mu.RUnlock()
 	tl, ok := p.timelines[id]
 	if !ok {
+		if !p.listed.Load() {
+			return nil, fmt.Errorf("%w: %s is not on this pageserver's disk, and %w (the object store, which may hold it, has not answered since the start)", ErrNoTimeline, id, ErrNotListed)
+		}
 		return nil, fmt.Errorf("%w: %s", ErrNoTimeline, id)
 	}
 	return tl, nil
@@ -242,6 +373,9 @@ func (p *Pageserver) Branch(ctx context.Context, parent, id pg.TimelineID, at pg
 func (p *Pageserver) create(ctx context.Context, id, parent pg.TimelineID, at pg.LSN) (*timeline.Timeline, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("pageserver: zero timeline id")
+	}
+	if !p.listed.Load() {
+		return nil, fmt.Errorf("%w (the object store has not answered since the start): timeline %s could be one of them, so it is not made before the store answers (asked every %s)", ErrNotListed, id, listEvery)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -345,6 +479,12 @@ func (p *Pageserver) Timelines() []*timeline.Timeline {
 
 // Close closes every timeline (children first).
 func (p *Pageserver) Close() error {
+	p.closeOnce.Do(func() {
+		if p.stopList != nil {
+			close(p.stopList)
+			<-p.listDone
+		}
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error

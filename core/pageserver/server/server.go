@@ -92,6 +92,9 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, timeline.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, pageserver.ErrNotListed):
+		// Before ErrNoTimeline, which it may wrap: ask again later.
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, pageserver.ErrNoTimeline):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, pageserver.ErrTimelineExists):

@@ -147,6 +147,11 @@ type Options struct {
 	BackgroundInterval time.Duration
 	// NoBackground disables the background loop (tests drive it by hand).
 	NoBackground bool
+	// DeferOpenCheck leaves the check of the local manifest against the
+	// object store to the first upload instead of the open: the
+	// pageserver sets it when the store did not answer at its start, so
+	// that each timeline's open does not wait for it again.
+	DeferOpenCheck bool
 
 	// scanWindow is how many keys of the layer files a scan takes per
 	// window (0: scanWindowKeys); tests make it tiny.
@@ -423,6 +428,10 @@ const openCheckTimeout = 30 * time.Second
 // first upload, as before: the local pages are this timeline's newest.
 func (t *Timeline) checkRemoteAtOpen(ctx context.Context) error {
 	if t.d.Remote == nil || t.remoteChecked.Load() {
+		return nil
+	}
+	if t.opts.DeferOpenCheck {
+		t.log.Warn().Msg("the local manifest is checked against the object store before the first upload, not at open: the store did not answer at the start")
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, openCheckTimeout)
