@@ -230,8 +230,8 @@ func (t *Timeline) upload(ctx context.Context) error {
 	if t.d.Remote == nil {
 		return nil
 	}
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
+	t.publishMu.Lock()
+	defer t.publishMu.Unlock()
 	t.mu.RLock()
 	if t.fenced {
 		t.mu.RUnlock()
@@ -339,7 +339,8 @@ func (t *Timeline) upload(ctx context.Context) error {
 // timeline does not know (a crash between publishing a manifest and saving
 // it locally); it is adopted, so the next generation does not collide
 // with it. A newer generation naming unknown layers is another
-// pageserver's: the timeline is fenced. REQUIRES: t.flushMu held.
+// pageserver's: the timeline is fenced. REQUIRES: t.publishMu held (or
+// the open, before anything else runs).
 func (t *Timeline) checkRemote(ctx context.Context) error {
 	rm, err := t.d.Remote.Latest(ctx, t.id)
 	if errors.Is(err, manifest.ErrNoManifest) {
@@ -412,7 +413,7 @@ func (t *Timeline) uploadFailed() {
 
 // replaceLayers swaps layers in the map, saves the local manifest, and
 // deletes the dropped files locally (and, after the next upload, remotely).
-// REQUIRES: t.flushMu held.
+// REQUIRES: t.flushMu held, and t.publishMu too when drop is not empty.
 func (t *Timeline) replaceLayers(drop []*handle, add []*handle) error {
 	gone := map[*handle]bool{}
 	for _, h := range drop {
@@ -444,6 +445,13 @@ func (t *Timeline) replaceLayers(drop []*handle, add []*handle) error {
 // least 2). Versions hidden below a base version at or below the GC cutoff
 // are dropped on the way.
 func (t *Timeline) Compact(ctx context.Context, force bool) error {
+	t.publishMu.Lock()
+	defer t.publishMu.Unlock()
+	return t.compact(ctx, force)
+}
+
+// compact is Compact. REQUIRES: t.publishMu held.
+func (t *Timeline) compact(ctx context.Context, force bool) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.RLock()
@@ -765,6 +773,13 @@ func (t *Timeline) gcCutoffLocked() pg.LSN {
 // and once passes rewrite only the changed key ranges, no later pass may
 // rewrite all of its range. It returns the number of layers removed.
 func (t *Timeline) GC(ctx context.Context) (int, error) {
+	t.publishMu.Lock()
+	defer t.publishMu.Unlock()
+	return t.gc(ctx)
+}
+
+// gc is GC. REQUIRES: t.publishMu held.
+func (t *Timeline) gc(ctx context.Context) (int, error) {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
@@ -885,12 +900,30 @@ func (t *Timeline) background() {
 	defer t.wg.Done()
 	tick := time.NewTicker(t.opts.BackgroundInterval)
 	defer tick.Stop()
-	upload := retryAfter{min: 100 * time.Millisecond, max: 10 * time.Second}
 	// A failed image layer is retried later, not at the next round: it
 	// may materialize every page of the database before it fails, and a page
 	// the redo engine cannot rebuild (an index whose WAL it does not
 	// replay, allowed by an operator in redo mode) fails every attempt.
 	images := retryAfter{min: 30 * time.Second, max: 30 * time.Minute}
+	// lockPublish takes publishMu for compaction or GC when no upload
+	// holds it. After skipRounds turns lost in a row (uploads back to
+	// back on a slow link) it asks the uploader to pause (wantPublish)
+	// until it has had one, so compaction and GC are not starved; this
+	// loop itself never waits for the store (it also releases gated and
+	// ingested versions).
+	const skipRounds = 10
+	skipped := 0
+	lockPublish := func() bool {
+		if !t.publishMu.TryLock() {
+			if skipped++; skipped >= skipRounds {
+				t.wantPublish.Store(true)
+			}
+			return false
+		}
+		skipped = 0
+		t.wantPublish.Store(false)
+		return true
+	}
 	for {
 		select {
 		case <-t.stop:
@@ -914,8 +947,15 @@ func (t *Timeline) background() {
 			t.log.Error().Err(err).Msg("flush")
 		}
 		t2 := time.Now()
-		if err := t.Compact(ctx, false); err != nil {
-			t.log.Error().Err(err).Msg("compaction")
+		// Compaction and GC replace layers an upload may be publishing:
+		// while one runs (the uploader's, which may wait minutes for a
+		// slow store), they wait for a later round rather than hold up
+		// this loop's flushes, but not for ever (lockPublish).
+		if lockPublish() {
+			if err := t.compact(ctx, false); err != nil {
+				t.log.Error().Err(err).Msg("compaction")
+			}
+			t.publishMu.Unlock()
 		}
 		if n, b, img := t.deltasSinceImage(); n > 0 && t.d.Policy.WantImageLayer(n, b, img) && images.due(t.d.Now()) {
 			if err := t.CreateImageLayer(ctx, t.LSNs().Durable); err != nil {
@@ -925,22 +965,62 @@ func (t *Timeline) background() {
 			}
 		}
 		t3 := time.Now()
-		if _, err := t.GC(ctx); err != nil {
-			t.log.Error().Err(err).Msg("gc")
+		if lockPublish() {
+			if _, err := t.gc(ctx); err != nil {
+				t.log.Error().Err(err).Msg("gc")
+			}
+			t.publishMu.Unlock()
 		}
 		t4 := time.Now()
-		if t.d.Remote != nil && upload.due(t.d.Now()) {
-			if err := t.Upload(ctx); err != nil {
-				t.log.Warn().Err(err).Dur("retry_in", upload.failed(t.d.Now())).Msg("upload")
-			} else {
-				upload.succeeded()
-			}
-		}
 		t.EvictCold()
 		t.d.Metrics.observeLayers(t)
 		if d := time.Since(t0); d > 5*time.Second {
 			t.log.Warn().Dur("commit", t1.Sub(t0)).Dur("flush", t2.Sub(t1)).Dur("compact_images", t3.Sub(t2)).
-				Dur("gc", t4.Sub(t3)).Dur("upload_evict", time.Since(t4)).Msg("slow background round")
+				Dur("gc", t4.Sub(t3)).Dur("evict", time.Since(t4)).Msg("slow background round")
+		}
+	}
+}
+
+// uploader uploads the timeline's new layers and manifest once every
+// BackgroundInterval, on a goroutine of its own: an upload to a slow or
+// stalled store (each attempt bounded by the store's stall timeout and
+// retries) holds neither the flushes nor the background loop. A failed
+// upload is tried again after a backoff. Close cancels an upload under
+// way; what it had not published stays on the local disk.
+func (t *Timeline) uploader() {
+	defer t.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-t.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(t.opts.BackgroundInterval)
+	defer tick.Stop()
+	upload := retryAfter{min: 100 * time.Millisecond, max: 10 * time.Second}
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		}
+		if !upload.due(t.d.Now()) || t.wantPublish.Load() {
+			continue // the background loop's turn (lockPublish)
+		}
+		start := time.Now()
+		if err := t.Upload(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.log.Warn().Err(err).Dur("retry_in", upload.failed(t.d.Now())).Msg("upload")
+			continue
+		}
+		upload.succeeded()
+		if d := time.Since(start); d > 5*time.Second {
+			t.log.Info().Dur("took", d).Msg("slow upload (flushes went on meanwhile)")
 		}
 	}
 }

@@ -274,10 +274,20 @@ type Timeline struct {
 		n    int
 	}
 
-	flushMu sync.Mutex // one flush/compaction/GC/upload at a time
-	kick    chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// publishMu: one upload, compaction or GC at a time (compaction and
+	// GC replace the layers an upload publishes); taken before flushMu.
+	// flushMu: one flush, compaction, GC or image pass at a time. An
+	// upload, which may wait minutes for a slow store, holds publishMu
+	// only: flushes, and so the writers that flush when they outrun the
+	// background (afterWriteLocked), go on meanwhile.
+	publishMu sync.Mutex
+	flushMu   sync.Mutex
+	// wantPublish: the background loop has lost its turn at publishMu to
+	// uploads too often; the uploader pauses until it has had one.
+	wantPublish atomic.Bool
+	kick        chan struct{}
+	stop        chan struct{}
+	wg          sync.WaitGroup
 
 	saveMu    sync.Mutex         // one local manifest save at a time
 	lastSaved *manifest.Manifest // the local manifest's content as last saved
@@ -411,6 +421,10 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 	if !opts.NoBackground {
 		t.wg.Add(1)
 		go t.background()
+		if d.Remote != nil {
+			t.wg.Add(1)
+			go t.uploader()
+		}
 	}
 	return t, nil
 }
@@ -652,6 +666,8 @@ func (t *Timeline) Close() error {
 	t.mu.Unlock()
 	close(t.stop)
 	t.wg.Wait()
+	t.publishMu.Lock()
+	defer t.publishMu.Unlock()
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	t.mu.Lock()
