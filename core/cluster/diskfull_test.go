@@ -41,7 +41,9 @@ func TestPageserverDiskFull(t *testing.T) {
 			t.Logf("bulk load %d: %v", i, err)
 			full = true
 		}
-		if err := tryExec(ctx, url, "CHECKPOINT"); err != nil {
+		// A checkpoint of 20 MB takes a few seconds; with the disk full
+		// it waits for page writes the pageserver cannot take.
+		if err := tryExecWithin(ctx, url, 20*time.Second, "CHECKPOINT"); err != nil {
 			t.Logf("checkpoint after load %d: %v", i, err)
 			full = true
 		}
@@ -79,8 +81,13 @@ func TestPageserverDiskFull(t *testing.T) {
 
 // tryExec runs one statement on a new connection.
 func tryExec(ctx context.Context, url, sql string) error {
+	return tryExecWithin(ctx, url, 60*time.Second, sql)
+}
+
+// tryExecWithin runs one statement on a new connection, for at most d.
+func tryExecWithin(ctx context.Context, url string, d time.Duration, sql string) error {
 	if err := waitConnect(ctx, url, 30*time.Second); err != nil {
 		return err
 	}
-	return execWithin(ctx, url, 60*time.Second, sql)
+	return execWithin(ctx, url, d, sql)
 }
