@@ -230,7 +230,9 @@ func (t *Timeline) upload(ctx context.Context) error {
 	if t.d.Remote == nil {
 		return nil
 	}
-	t.publishMu.Lock()
+	if err := t.publishMu.Lock(ctx); err != nil {
+		return fmt.Errorf("timeline %s: waiting for the upload under way: %w", t.id, err)
+	}
 	defer t.publishMu.Unlock()
 	t.mu.RLock()
 	if t.fenced {
@@ -445,7 +447,9 @@ func (t *Timeline) replaceLayers(drop []*handle, add []*handle) error {
 // least 2). Versions hidden below a base version at or below the GC cutoff
 // are dropped on the way.
 func (t *Timeline) Compact(ctx context.Context, force bool) error {
-	t.publishMu.Lock()
+	if err := t.publishMu.Lock(ctx); err != nil {
+		return err
+	}
 	defer t.publishMu.Unlock()
 	return t.compact(ctx, force)
 }
@@ -773,7 +777,9 @@ func (t *Timeline) gcCutoffLocked() pg.LSN {
 // and once passes rewrite only the changed key ranges, no later pass may
 // rewrite all of its range. It returns the number of layers removed.
 func (t *Timeline) GC(ctx context.Context) (int, error) {
-	t.publishMu.Lock()
+	if err := t.publishMu.Lock(ctx); err != nil {
+		return 0, err
+	}
 	defer t.publishMu.Unlock()
 	return t.gc(ctx)
 }

@@ -280,7 +280,7 @@ type Timeline struct {
 	// upload, which may wait minutes for a slow store, holds publishMu
 	// only: flushes, and so the writers that flush when they outrun the
 	// background (afterWriteLocked), go on meanwhile.
-	publishMu sync.Mutex
+	publishMu ctxMutex
 	flushMu   sync.Mutex
 	// wantPublish: the background loop has lost its turn at publishMu to
 	// uploads too often; the uploader pauses until it has had one.
@@ -351,6 +351,7 @@ func Open(ctx context.Context, id pg.TimelineID, dir string, opts Options, d Dep
 		cache:       newPageCache(opts.CacheBytes),
 		chains:      map[keyspace.Key]int{},
 		kick:        make(chan struct{}, 1),
+		publishMu:   make(ctxMutex, 1),
 		stop:        make(chan struct{}),
 	}
 	m, err := manifest.LoadLocal(filepath.Join(dir, manifestFile))
@@ -666,7 +667,7 @@ func (t *Timeline) Close() error {
 	t.mu.Unlock()
 	close(t.stop)
 	t.wg.Wait()
-	t.publishMu.Lock()
+	_ = t.publishMu.Lock(context.Background())
 	defer t.publishMu.Unlock()
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
@@ -684,3 +685,31 @@ func (t *Timeline) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ctxMutex is a mutex whose Lock gives up when its context ends: an
+// upload that must wait for another one (which may wait minutes for a
+// slow store) stays within its caller's deadline.
+type ctxMutex chan struct{}
+
+// Lock takes m, or returns ctx's error once ctx ends first.
+func (m ctxMutex) Lock(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TryLock takes m if it is free.
+func (m ctxMutex) TryLock() bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Unlock releases m.
+func (m ctxMutex) Unlock() { <-m }

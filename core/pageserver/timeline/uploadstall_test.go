@@ -19,8 +19,9 @@ import (
 // writes here outrun the background loop's flushes many times over, so
 // each one past maxFrozen frozen layers flushes them itself; that flush
 // used to wait for the upload's lock (the stall timeout, 2 minutes by
-// default, per attempt). After the stall, everything written reaches the
-// store.
+// default, per attempt). A publish with a deadline gives up at it
+// rather than wait for the upload under way. After the stall, everything
+// written reaches the store.
 func TestWritesGoOnWhileUploadStalls(t *testing.T) {
 	ctx := context.Background()
 	store := faulty.New(objectstore.NewMemory(), faulty.Config{Seed: 1})
@@ -73,6 +74,20 @@ func TestWritesGoOnWhileUploadStalls(t *testing.T) {
 		if err != nil || !bytes.Equal(got, page(byte(j))) {
 			t.Fatalf("page %d during the stall: %v", j, err)
 		}
+	}
+	// A publish with a deadline (the pageserver's at shutdown) gives up
+	// at its deadline; it does not wait for the upload that hangs.
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- tl.Publish(pctx) }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("a publish succeeded while every upload hangs")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a publish with a 0.5 s deadline waited 30 s for the upload that hangs")
 	}
 	// Close ends the stuck upload; the next start uploads the rest.
 	if err := tl.Close(); err != nil {
