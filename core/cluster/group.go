@@ -15,7 +15,6 @@ import (
 	"github.com/stratadb/strata/core/pageserver/manifest"
 	"github.com/stratadb/strata/core/safekeeper/walstore"
 	"github.com/stratadb/strata/internal/brief"
-	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -184,7 +183,7 @@ func (c *Cluster) checkStore(ctx context.Context, fresh bool) (string, error) {
 	}
 	defer st.Close()
 	tls, err := (&manifest.Remote{Store: st}).Timelines(ctx)
-	if err != nil && !fresh && (objectstore.IsTransient(err) || errors.Is(err, context.DeadlineExceeded)) {
+	if err != nil && !fresh && manifest.Unanswered(err) {
 		// A restart during an outage: the pageserver serves the
 		// timeline from its disk and uploads once the store is back.
 		return fmt.Sprintf("the %s object store does not answer (%v): starting on this machine's data; uploads and the WAL archive wait for the store, and `strata status` shows them failing until it is back",

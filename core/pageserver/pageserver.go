@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Pageserver, error) {
 		switch {
 		case err == nil:
 			p.listed.Store(true)
-		case len(metas) > 0 && ctx.Err() == nil && (objectstore.IsTransient(err) || errors.Is(err, context.DeadlineExceeded)):
+		case len(metas) > 0 && ctx.Err() == nil && manifest.Unanswered(err):
 			// A restart while the store is out: the disk holds these
 			// timelines, the safekeepers the WAL; the uploads wait for
 			// the store, as they do when it fails while running.

@@ -192,6 +192,16 @@ func (r *Remote) Latest(ctx context.Context, tl pg.TimelineID) (*Manifest, error
 	return m, nil
 }
 
+// Unanswered says whether err, from a call to the store under a deadline
+// of the caller's, means that the store did not answer: a failure it
+// marks as passing (objectstore.ErrTransient: throttling, 5xx, a cut or
+// stalled connection) or no answer before the deadline. A restart uses
+// the local disk then instead of failing; any other error (a bucket that
+// does not exist, refused credentials) is the configuration's.
+func Unanswered(err error) bool {
+	return objectstore.IsTransient(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // Timelines lists the timelines that have at least one manifest.
 func (r *Remote) Timelines(ctx context.Context) ([]pg.TimelineID, error) {
 	seen := map[pg.TimelineID]bool{}
