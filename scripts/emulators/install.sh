@@ -45,6 +45,13 @@ prefix="$state/azurite"
 stamp="$state/azurite.version"
 if [ ! -x "$prefix/bin/azurite-blob" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$AZURITE_VERSION" ]; then
 	command -v npm >/dev/null || { echo "install.sh: npm not found (apt-get install npm)" >&2; exit 1; }
+	# Node trusts only its own CA list, not the system's: on a machine whose
+	# registry traffic goes through a proxy with a local CA (in the system
+	# bundle, as apt and go use it), npm fails with SELF_SIGNED_CERT_IN_CHAIN.
+	# Add the system bundle unless the caller chose a file already.
+	if [ -z "${NODE_EXTRA_CA_CERTS:-}" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+		export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+	fi
 	run npm install --global --prefix "$prefix" --no-audit --no-fund --loglevel=error "azurite@${AZURITE_VERSION}"
 	echo "$AZURITE_VERSION" >"$stamp"
 fi
