@@ -20,7 +20,11 @@ start=$(date +%s)
 echo "== go vet"
 go vet ./...
 echo "== go test"
-go test -p 2 -timeout 20m -count=1 ./... 2>&1 | tee /tmp/strata-test.log
+# The run prints what a plain go test prints, and then its slowest tests
+# (internal/testsum); the whole event stream stays in /tmp/strata-test.json.
+testsum=$(mktemp -d)/testsum
+go build -o "$testsum" ./internal/testsum
+go test -json -p 2 -timeout 20m -count=1 ./... 2>&1 | tee /tmp/strata-test.json | "$testsum" | tee /tmp/strata-test.log
 # The WAL decoder must survive a minute of fuzzing (issue 4): 700,000 runs
 # take about 60 s on two cores. The budget is a count, not a duration: Go 1.26's
 # fuzz coordinator can fail a run that ends by its -fuzztime deadline with a

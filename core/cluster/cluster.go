@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -921,7 +922,7 @@ func procList(ps []Proc) string {
 }
 
 // stopProcs stops the recorded processes in the reverse order of their
-// start: compute, pageserver, safekeepers.
+// start: compute, pageserver, then the safekeepers all at once.
 func (c *Cluster) stopProcs(ctx context.Context, st *State) error {
 	return c.stopProcsReporting(ctx, st, func(string) {})
 }
@@ -949,6 +950,18 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 				continue
 			}
 		}
+		if isSafekeeper(p) {
+			// The safekeepers stop together: each one's last step (its
+			// final archive upload, bounded) can take seconds while the
+			// object store is out, and they do not wait on each other.
+			j := i
+			for j > 0 && isSafekeeper(st.Procs[j-1]) {
+				j--
+			}
+			errs = append(errs, stopAll(st.Procs[j:i+1], ProcStopTimeout)...)
+			i = j
+			continue
+		}
 		if p.Name != "compute" {
 			if err := p.Stop(ProcStopTimeout); err != nil {
 				errs = append(errs, err)
@@ -966,6 +979,24 @@ func (c *Cluster) stopProcsReporting(ctx context.Context, st *State, progress fu
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isSafekeeper tells a safekeeper's process from the others.
+func isSafekeeper(p Proc) bool { return strings.HasPrefix(p.Name, "safekeeper") }
+
+// stopAll stops procs at once, each with timeout, and returns their errors.
+func stopAll(procs []Proc, timeout time.Duration) []error {
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Stop(timeout)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // safekeepersAnswering counts the safekeepers that answer a status request

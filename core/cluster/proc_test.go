@@ -164,3 +164,57 @@ func TestStrayProcs(t *testing.T) {
 		t.Errorf("after down: %v, %v", got, err)
 	}
 }
+
+// TestSafekeepersStopTogether checks the order of a stop: the pageserver
+// first, then every safekeeper at once. Each stand-in safekeeper waits,
+// after its SIGTERM, for the other two to get theirs; stopped one by one,
+// each would wait in vain and leave an "alone" mark.
+func TestSafekeepersStopTogether(t *testing.T) {
+	dir := t.TempDir()
+	sk := func(n int) string {
+		return `trap '
+[ -e ` + dir + `/pageserver ] || touch ` + dir + `/early.` + strconv.Itoa(n) + `
+touch ` + dir + `/term.` + strconv.Itoa(n) + `
+i=0
+while [ $i -lt 50 ]; do
+	[ -e ` + dir + `/term.1 ] && [ -e ` + dir + `/term.2 ] && [ -e ` + dir + `/term.3 ] && exit 0
+	sleep 0.1; i=$((i+1))
+done
+touch ` + dir + `/alone.` + strconv.Itoa(n) + `
+exit 0' TERM
+while :; do sleep 0.1; done`
+	}
+	var st State
+	for n := 1; n <= 3; n++ {
+		p, err := startDetached("safekeeper sk"+strconv.Itoa(n), "/bin/sh", []string{"-c", sk(n)}, filepath.Join(dir, "log"+strconv.Itoa(n)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop(time.Second) })
+		st.Procs = append(st.Procs, p)
+	}
+	ps, err := startDetached("pageserver", "/bin/sh", []string{"-c", "trap 'touch " + dir + "/pageserver; exit 0' TERM; while :; do sleep 0.1; done"}, filepath.Join(dir, "log.ps"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ps.Stop(time.Second) })
+	st.Procs = append(st.Procs, ps)
+	time.Sleep(200 * time.Millisecond) // the traps are set
+
+	if err := (&Cluster{}).stopProcs(context.Background(), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Procs {
+		if p.Alive() {
+			t.Errorf("%s still runs", p.Name)
+		}
+	}
+	for n := 1; n <= 3; n++ {
+		for _, mark := range []string{"term", "early", "alone"} {
+			_, err := os.Stat(filepath.Join(dir, mark+"."+strconv.Itoa(n)))
+			if got, want := err == nil, mark == "term"; got != want {
+				t.Errorf("safekeeper sk%d: mark %q present %v, want %v", n, mark, got, want)
+			}
+		}
+	}
+}
