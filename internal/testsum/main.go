@@ -33,7 +33,7 @@ type event struct {
 }
 
 // slowest is how many tests the summary lists.
-const slowest = 20
+const slowest = 30
 
 func main() {
 	failed, err := summarize(os.Stdin, os.Stdout, slowest)
