@@ -125,7 +125,7 @@ func strayProcs(dir string) ([]Proc, error) {
 	}
 	rank := func(p Proc) int {
 		switch {
-		case strings.HasPrefix(p.Name, "safekeeper"):
+		case isSafekeeper(p):
 			return 0
 		case p.Name == "pageserver":
 			return 1
