@@ -252,7 +252,7 @@ func TestStopProgress(t *testing.T) {
 	cfg.StopTimeout = time.Second
 	c := runAgent(t, cfg)
 	exec(t, c.url, "CREATE TABLE w (id int, pad text)")
-	exec(t, c.url, "INSERT INTO w SELECT g, repeat('x', 200) FROM generate_series(1, 1000000) g")
+	exec(t, c.url, "INSERT INTO w SELECT g, repeat('x', 200) FROM generate_series(1, 500000) g") // about 15,000 dirty buffers: a stop of seconds
 	exec(t, c.url, "CREATE EXTENSION pg_buffercache")
 	dirty := query(t, c.url, "SELECT count(*)::text FROM pg_buffercache WHERE isdirty")
 	var ops uint64
