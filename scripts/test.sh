@@ -52,7 +52,7 @@ go build -o "$testsum" ./internal/testsum
 #
 # Three test binaries run at once on the two cores: the whole-cluster tests
 # spend about half their time waiting on their servers (core/cluster alone
-# keeps 45% of two cores busy). The longest packages come first, as go test
+# keeps 48% of two cores busy). The longest packages come first, as go test
 # starts them in the order given: one that started last would run alone
 # at the end.
 set +e
@@ -61,6 +61,7 @@ go test -json -p 3 -timeout 20m -count=1 \
 	./... 2>&1 | tee /tmp/strata-test.json | "$testsum" | tee /tmp/strata-test.log
 testrc=$?
 set -e
+rm -rf "$(dirname "$testsum")"
 
 phase "waiting for the fuzz run"
 fuzzrc=0
