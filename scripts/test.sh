@@ -52,12 +52,17 @@ go build -o "$testsum" ./internal/testsum
 #
 # Three test binaries run at once on the two cores: the whole-cluster tests
 # spend about half their time waiting on their servers (core/cluster alone
-# keeps 48% of two cores busy). The longest packages come first, as go test
-# starts them in the order given: one that started last would run alone
-# at the end.
+# keeps 48% of two cores busy; its longest tests run two at a time). The
+# packages run longest first, as go test starts them in the order given:
+# a long one that started late would run alone at the end (in the order
+# of their times at aa4f0eb, the rest after them).
 set +e
 go test -json -p 3 -timeout 20m -count=1 \
-	./core/cluster ./core/compute/agent ./cmd/strata ./core/safekeeper ./core/pageserver/e2e ./core/objstore \
+	./core/cluster ./cmd/strata ./core/compute/agent ./core/safekeeper ./core/objstore ./core/pageserver/e2e \
+	./core/compute/fusefs ./core/bench/runner ./plugins/objectstore/azure ./core/compute/redobackend \
+	./plugins/redo/postgres ./core/bench/target ./core/bench/tpcc ./core/compute/psbackend ./core/pluginhost \
+	./plugins/objectstore/gcs ./core/pageserver ./core/pageserver/timeline ./core/pageserver/metamorphic \
+	./plugins/objectstore/s3 ./core/pageserver/walingest ./core/bench/collect ./core/compute/walpos \
 	./... 2>&1 | tee /tmp/strata-test.json | "$testsum" | tee /tmp/strata-test.log
 testrc=$?
 set -e

@@ -162,6 +162,7 @@ func logTails(t *testing.T, dir string, n int) {
 }
 
 func TestUpDownUpKeepsData(t *testing.T) {
+	t.Parallel()
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -321,6 +322,7 @@ func upWithoutPageserverFolder(t *testing.T, ctx context.Context, c *Cluster) {
 }
 
 func TestCommitsNeedAQuorum(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -399,6 +401,7 @@ func TestCommitsNeedAQuorum(t *testing.T) {
 // TestCommitsNeedAQuorum, when the test killed a safekeeper before the
 // third one had created its slot).
 func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -455,6 +458,7 @@ func TestSafekeeperRejoinsWithOneOtherUp(t *testing.T) {
 // survives the loss of another safekeeper. Before, it counted again only
 // after the next compute start, and a commit then waited for ever.
 func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -516,6 +520,7 @@ func TestSafekeeperMissingAtStartJoinsLater(t *testing.T) {
 // the agent brought late safekeepers in only once Postgres ran, and it
 // waited for a quorum that could not come.
 func TestElectedSafekeeperDownBeforeStreaming(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -835,6 +840,7 @@ func childPIDs(pid int) []int {
 // brings Postgres back without `strata up`, with the acknowledged rows;
 // kill -9 of the supervisor takes its agent down with it.
 func TestAgentRestartedBySupervisor(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -954,6 +960,7 @@ func losePageserver(t *testing.T, c *Cluster) {
 // loses the timeline too (a folder lost before its first upload): strata
 // up fails, the agent saying why, and runs no initdb over the WAL.
 func TestPageserverFolderLostWhileRunning(t *testing.T) {
+	t.Parallel()
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

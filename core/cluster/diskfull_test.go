@@ -16,6 +16,7 @@ import (
 // tmpfs is grown, the cluster serves again without anyone restarting
 // anything, every acknowledged row is there and pg_amcheck is clean.
 func TestPageserverDiskFull(t *testing.T) {
+	t.Parallel()
 	c, cfg := newTestCluster(t)
 	psDir := filepath.Join(cfg.Cluster.DataDir, "pageserver")
 	smallfs.MountAt(t, psDir, 64<<20, "0755")

@@ -30,6 +30,7 @@ import (
 // its data across down and up, and archives its WAL apart from A's. A
 // second --import on B is refused with what to do, and A is unchanged.
 func TestImport(t *testing.T) {
+	t.Parallel()
 	a, aCfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -136,6 +137,7 @@ func TestImport(t *testing.T) {
 // setting, takes writes, keeps them across a down and up, and pg_amcheck
 // is clean.
 func TestImportStockFolder(t *testing.T) {
+	t.Parallel()
 	s := stockFolder(t)
 	s.Kill9()
 
@@ -159,6 +161,7 @@ func TestImportStockFolder(t *testing.T) {
 // output does) and a small local page store sends reads to the
 // pageserver, before and after a down and up.
 func TestImportStockFolderRedo(t *testing.T) {
+	t.Parallel()
 	s := stockFolder(t)
 	s.Stop()
 	c, _ := newRedoCluster(t)

@@ -30,6 +30,7 @@ import (
 // record); a stock Postgres started on an empty folder from it and the
 // safekeepers' WAL serves the same data, pg_amcheck clean.
 func TestRedoBasebackupFromWAL(t *testing.T) {
+	t.Parallel()
 	c, cfg := newRedoCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

@@ -38,6 +38,7 @@ CREATE OPERATOR CLASS strata_other_box DEFAULT FOR TYPE box USING strata_other A
 // strata is brought up to date at the next start, and a guard the
 // operator disabled stays disabled.
 func TestRedoIndexMethods(t *testing.T) {
+	t.Parallel()
 	c, _ := newRedoCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

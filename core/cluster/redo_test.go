@@ -110,6 +110,7 @@ func checkPgbench(t *testing.T, sum string) {
 // down, up again (a new compute with an empty store: every page from the
 // pageserver) and the same data, pg_amcheck clean.
 func TestRedoUpDownUp(t *testing.T) {
+	t.Parallel()
 	c, _ := newRedoCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -200,6 +201,7 @@ func TestRedoRefusesPageSourceSwitch(t *testing.T) {
 // the removed WAL back from the archive. Every row is there and
 // pg_amcheck is clean.
 func TestRedoPageserverLostAfterWALRemoved(t *testing.T) {
+	t.Parallel()
 	c, _ := newRedoCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

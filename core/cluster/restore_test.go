@@ -36,6 +36,7 @@ import (
 // cluster's. Bad targets and folders are refused with what to do, and
 // nothing is left behind.
 func TestRestore(t *testing.T) {
+	t.Parallel()
 	c, _ := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -217,6 +218,7 @@ func restoreAndCheck(t *testing.T, ctx context.Context, c *Cluster, at restore.T
 // from the redo timeline (rebuilt from WAL at the target) and the other
 // files from the files timeline.
 func TestRestoreRedo(t *testing.T) {
+	t.Parallel()
 	c, _ := newRedoCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -276,6 +278,7 @@ func TestRestoreRedo(t *testing.T) {
 // is closed with pg_switch_wal, as archive_timeout would, so that it is
 // archived whole at once rather than after ten quiet seconds.
 func TestRestoreFromStoreAfterCrash(t *testing.T) {
+	t.Parallel()
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -387,6 +390,7 @@ func safekeeperStatus(ctx context.Context, addr string) (server.Status, error) {
 // archive the partial last segment as they stop) and at an earlier LSN.
 // The restore writes nothing into the store.
 func TestRestoreFromStore(t *testing.T) {
+	t.Parallel()
 	c, cfg := newTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

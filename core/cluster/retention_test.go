@@ -27,6 +27,7 @@ import (
 // Last, a restore at the edge of that history holds GC back with a lease
 // while it reads (restoreAtTheEdge).
 func TestStorageRetention(t *testing.T) {
+	t.Parallel()
 	// With metrics on (the other cluster tests run without), so that the
 	// compute agent's line of `strata status` and the disk-free gauges are
 	// checked on a real cluster too.

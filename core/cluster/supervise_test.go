@@ -26,6 +26,7 @@ import (
 // test logs how often the agent restarted Postgres for a loss; the rule
 // itself is TestNoStaleReadAfterPageserverRestart (core/compute/psbackend).
 func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
+	t.Parallel()
 	c, _ := newLFCCluster(t)
 	killServers(t, c, false, "safekeeper sk2", "safekeeper sk1", "pageserver")
 }
@@ -36,6 +37,7 @@ func TestSafekeeperAndPageserverRestartedBySupervisor(t *testing.T) {
 // a WAL record) and catch up, or every read of a page written since waits
 // and fails. Same ledger, checks and pg_amcheck as above.
 func TestRedoPageserverRestartedBySupervisor(t *testing.T) {
+	t.Parallel()
 	c, _ := newRedoCluster(t)
 	killServers(t, c, true, "pageserver")
 }
