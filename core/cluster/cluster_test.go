@@ -91,6 +91,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// newTestCluster makes a cluster in a new folder on free ports, stopped and
+// removed at cleanup. The longer whole-cluster tests call t.Parallel first:
+// they run two at a time (as many as GOMAXPROCS, the cores), each with its
+// own folder, ports and processes, after the tests that set environment
+// variables for their cluster's processes (t.Setenv), which run alone.
 func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 	t.Helper()
 	if _, err := os.Stat("/usr/lib/postgresql/15/bin/postgres"); err != nil {
