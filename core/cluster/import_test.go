@@ -88,7 +88,7 @@ func TestImport(t *testing.T) {
 		t.Errorf("B's superuser password %q, A's %q: want one of B's own", pwB, pwA)
 	}
 	exec1(t, ctx, urlB, "INSERT INTO keep SELECT generate_series(501, 600)")
-	pgtool(t, urlB, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, urlB, "pgbench", "-n", "-c", "2", "-t", "100")
 	pgtool(t, urlB, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 	urlB = downUp(t, ctx, b)
 	if got := queryString(t, ctx, urlB, "SELECT count(*) FROM keep"); got != "600" {

@@ -42,9 +42,9 @@ func TestRedoBasebackupFromWAL(t *testing.T) {
 	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
 	exec1(t, ctx, url, "DELETE FROM t WHERE id % 5 = 0")
 	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "5")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "250")
 	exec1(t, ctx, url, "CHECKPOINT")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "3") // work after the last checkpoint
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "150") // work after the last checkpoint
 	want := queryString(t, ctx, url, redoCheckSQL)
 	checkPgbench(t, want)
 	st, err := c.readState()

@@ -105,10 +105,11 @@ func checkPgbench(t *testing.T, sum string) {
 // TestRedoUpDownUp: `strata up` with storage.page_source redo (the
 // compute's page writes stay in its local store; the pageserver rebuilds
 // pages from the safekeepers' WAL on top of initdb's imported output), a
-// table, pgbench -i -s 2 and 10 s of pgbench with a local store of 1000
-// pages (so pages are evicted and read back from WAL), pg_amcheck; then
-// down, up again (a new compute with an empty store: every page from the
-// pageserver) and the same data, pg_amcheck clean.
+// table, pgbench -i -s 2 and 1,000 pgbench transactions (4 clients) with a
+// local store of 1000 pages (so pages are evicted and read back from
+// WAL), pg_amcheck; then down, up again (a new compute with an empty
+// store: every page from the pageserver) and the same data, pg_amcheck
+// clean.
 func TestRedoUpDownUp(t *testing.T) {
 	t.Parallel()
 	c, _ := newRedoCluster(t)
@@ -132,7 +133,7 @@ func TestRedoUpDownUp(t *testing.T) {
 		t.Fatalf("updated rows: %s, want 714", got)
 	}
 	pgtool(t, url, "pgbench", "-i", "-q", "-s", "2")
-	pgtool(t, url, "pgbench", "-n", "-c", "4", "-j", "2", "-T", "10")
+	pgtool(t, url, "pgbench", "-n", "-c", "4", "-j", "2", "-t", "250")
 	exec1(t, ctx, url, "VACUUM t")
 	pgtool(t, url, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 	want := queryString(t, ctx, url, redoCheckSQL)

@@ -50,7 +50,7 @@ func TestRestore(t *testing.T) {
 	atTime := queryString(t, ctx, url, restoreCheck)
 	time.Sleep(1100 * time.Millisecond)
 	exec1(t, ctx, url, "DROP TABLE t")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	// Every page changed since is written to the pageserver (its
 	// versions after the moments restored to), and t's files unlinked.
 	exec1(t, ctx, url, "CHECKPOINT")
@@ -230,14 +230,14 @@ func TestRestoreRedo(t *testing.T) {
 	exec1(t, ctx, url, "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 3000) g")
 	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
 	exec1(t, ctx, url, "CHECKPOINT")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	atX := queryString(t, ctx, url, redoCheckSQL)
 	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	exec1(t, ctx, url, "CHECKPOINT")
 	root := pgtest.MkdirOwned(t, "strata-restore-test-")
 	if err := os.Chmod(root, 0o755); err != nil {
@@ -396,7 +396,7 @@ func TestRestoreFromStore(t *testing.T) {
 	defer cancel()
 	url, x, atX := upWithWork(t, ctx, c)
 	exec1(t, ctx, url, "DELETE FROM t WHERE id % 3 = 0")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	last := queryString(t, ctx, url, restoreCheck)
 	if err := c.Down(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
@@ -487,7 +487,7 @@ func TestRestoreFromStore(t *testing.T) {
 	if got := queryString(t, ctx, u, restoreCheck); got != last {
 		t.Errorf("the imported cluster holds %q, want the lost one's last %q", got, last)
 	}
-	pgtool(t, u, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, u, "pgbench", "-n", "-c", "2", "-t", "100")
 	pgtool(t, u, "pg_amcheck", "--install-missing", "--all", "--heapallindexed")
 }
 
@@ -526,9 +526,9 @@ func upWithWork(t *testing.T, ctx context.Context, c *Cluster) (string, pg.LSN, 
 	exec1(t, ctx, url, "CREATE TABLE keep (id int PRIMARY KEY)")
 	exec1(t, ctx, url, "INSERT INTO keep SELECT generate_series(1, 500)")
 	pgtool(t, url, "pgbench", "-i", "-q", "-s", "1")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	exec1(t, ctx, url, "CHECKPOINT")
-	pgtool(t, url, "pgbench", "-n", "-c", "2", "-T", "2")
+	pgtool(t, url, "pgbench", "-n", "-c", "2", "-t", "100")
 	x, err := pg.ParseLSN(queryString(t, ctx, url, "SELECT pg_current_wal_lsn()::text"))
 	if err != nil {
 		t.Fatal(err)
