@@ -76,18 +76,22 @@ func TestPeerPollIdle(t *testing.T) {
 // polls its peers about once a second while nobody reads committed WAL
 // from it (writeback mode: the pageserver computes the commit LSN from the
 // flush LSNs itself), and at the busy rate once a reader waits for the
-// commit LSN (a BOUND_COMMIT stream), which then receives WAL up to the
-// end of Postgres' WAL promptly.
+// commit LSN (a BOUND_COMMIT stream): a round per flush, and every 50 ms
+// while flushed WAL is not known committed, so about a round per commit
+// of the one-client load. The reader then receives WAL up to the end of
+// Postgres' WAL promptly.
 func TestPeerPollFollowsReaders(t *testing.T) {
 	c := startCluster(t)
 	waitSync(t, c.srv, 3)
 	c.srv.Exec("postgres", "CREATE TABLE load (id serial PRIMARY KEY, v text)")
 	ctx, cancel := context.WithCancel(context.Background())
 	loadDone := make(chan struct{})
+	var commits atomic.Int64
 	go func() {
 		defer close(loadDone)
 		for ctx.Err() == nil {
 			c.srv.Exec("postgres", "INSERT INTO load (v) SELECT 'x' FROM generate_series(1, 10)")
+			commits.Add(1)
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
@@ -96,11 +100,11 @@ func TestPeerPollFollowsReaders(t *testing.T) {
 	rounds := func() float64 { return testutil.ToFloat64(n.m.peerPolls) }
 	window := 3 * time.Second
 	time.Sleep(time.Second) // past the start
-	r0 := rounds()
+	r0, c0 := rounds(), commits.Load()
 	time.Sleep(window)
-	idle := rounds() - r0
+	idle, idleCommits := rounds()-r0, commits.Load()-c0
 	if idle > 8 {
-		t.Errorf("%v peer poll rounds in %s of load with no reader of committed WAL, want about 3", idle, window)
+		t.Errorf("%v peer poll rounds in %s of load (%d commits) with no reader of committed WAL, want about 3", idle, window, idleCommits)
 	}
 
 	cl, err := server.Dial(c.cfgs[0].ListenAddr)
@@ -124,17 +128,20 @@ func TestPeerPollFollowsReaders(t *testing.T) {
 		}
 	}()
 	time.Sleep(time.Second)
-	r0 = rounds()
+	r0, c0 = rounds(), commits.Load()
 	time.Sleep(window)
-	busy := rounds() - r0
-	if busy < 20 {
-		t.Errorf("%v peer poll rounds in %s of load with a reader waiting for the commit LSN, want 20 or more (every 50 ms)", busy, window)
+	busy, busyCommits := rounds()-r0, commits.Load()-c0
+	// Each commit flushes WAL that a round must then find committed; on a
+	// loaded machine there are fewer commits, and so fewer rounds.
+	if want := min(20, float64(busyCommits)*3/4); busy < want {
+		t.Errorf("%v peer poll rounds in %s of load (%d commits) with a reader waiting for the commit LSN, want %v or more (a round per flush, every 50 ms while one is not known committed)",
+			busy, window, busyCommits, want)
 	}
 	end := testpg.FlushLSN(t, c.srv)
 	start := time.Now()
 	testpg.WaitFor(t, 10*time.Second, "the reader at Postgres' flush LSN", func() bool { return pg.LSN(got.Load()) >= end })
-	t.Logf("peer poll rounds in %s: %v without a reader, %v with one; the reader reached %s %s after it was Postgres' flush LSN",
-		window, idle, busy, end, time.Since(start).Round(time.Millisecond))
+	t.Logf("peer poll rounds in %s: %v without a reader (%d commits), %v with one (%d commits); the reader reached %s %s after it was Postgres' flush LSN",
+		window, idle, idleCommits, busy, busyCommits, end, time.Since(start).Round(time.Millisecond))
 }
 
 // TestFetchTailPastTrailingCommit: with no reader waiting for committed WAL
