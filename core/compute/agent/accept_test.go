@@ -44,14 +44,16 @@ func tps(out string) string {
 
 // TestAgentPgbench is acceptance 2: pgbench on strata with the lfc and the
 // shared-buffers strategies (equal memory), then pg_amcheck. By default the
-// lfc strategy only, scale 5, 8 clients for 5 s; STRATA_LONG_TESTS=1: both
+// lfc strategy only, scale 5, 8 clients, 640 transactions; STRATA_LONG_TESTS=1: both
 // strategies at scale 50 (the data does not fit in the 128 MiB budget), 8
 // clients, 60 s.
 func TestAgentPgbench(t *testing.T) {
-	scale, secs := "5", "5"
+	// 8 x 80 transactions by default (5 s made about 1,300 under the
+	// default run's load).
+	scale, run := "5", []string{"-t", "80"}
 	strategies := []string{StrategyLFC} // TestAgentLifecycle's second compute runs shared-buffers
 	if long() {
-		scale, secs = "50", "60"
+		scale, run = "50", []string{"-T", "60"}
 		strategies = append(strategies, StrategySharedBuffers)
 	}
 	for _, strategy := range strategies {
@@ -62,8 +64,8 @@ func TestAgentPgbench(t *testing.T) {
 			t0 := time.Now()
 			pgbench(t, cfg, "-i", "-q", "-s", scale, "postgres")
 			t.Logf("%s: pgbench -i -s %s: %s", strategy, scale, time.Since(t0).Round(time.Millisecond))
-			out := pgbench(t, cfg, "-c", "8", "-j", "2", "-T", secs, "postgres")
-			t.Logf("%s: pgbench -c 8 -T %s: %s", strategy, secs, tps(out))
+			out := pgbench(t, cfg, append(append([]string{"-c", "8", "-j", "2"}, run...), "postgres")...)
+			t.Logf("%s: pgbench -c 8 %s: %s", strategy, strings.Join(run, " "), tps(out))
 			var buf strings.Builder
 			PrintReport(&buf, c.a.Report())
 			t.Logf("%s waits:\n%s", strategy, buf.String())

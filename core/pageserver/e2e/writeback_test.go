@@ -214,12 +214,14 @@ func TestWritebackFUSE(t *testing.T) {
 	p := startPGOn(t, mnt, root, pgPort)
 	waitPG(t, p)
 	fsys.SetSyncDurable(true)
-	scale, secs := "1", "5"
+	// 600 transactions by default (5 s made about 1,100 under the default
+	// run's load), 60 s with STRATA_LONG_TESTS=1.
+	scale, run := "1", []string{"-t", "150"}
 	if longTests() {
-		scale, secs = "5", "60"
+		scale, run = "5", []string{"-T", "60"}
 	}
 	p.pgbench("-i", "-s", scale, "postgres")
-	out := p.pgbench("-c", "4", "-j", "2", "-T", secs, "postgres")
+	out := p.pgbench(append(append([]string{"-c", "4", "-j", "2"}, run...), "postgres")...)
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "tps") {
 			t.Logf("pgbench on FUSE, writeback, sync ANY 2 of 3 safekeepers: %s", l)
