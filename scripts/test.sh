@@ -49,6 +49,13 @@ phase "go test"
 # (internal/testsum); the whole event stream stays in /tmp/strata-test.json.
 testsum=$(mktemp -d)/testsum
 go build -o "$testsum" ./internal/testsum
+# The binaries tests start as child processes (strata, the external object
+# store plugins), built once for every package that starts them
+# (internal/testbin): a link of strata is about 5 CPU-s.
+testbins=$(mktemp -d)
+go build -o "$testbins/" ./cmd/strata ./plugins/objectstore/s3/cmd/strata-objectstore-s3 \
+	./plugins/objectstore/gcs/cmd/strata-objectstore-gcs ./plugins/objectstore/azure/cmd/strata-objectstore-azure
+export STRATA_TEST_BIN_DIR=$testbins
 #
 # Three test binaries run at once on the two cores: the whole-cluster tests
 # spend about half their time waiting on their servers (core/cluster alone
@@ -66,7 +73,7 @@ go test -json -p 3 -timeout 20m -count=1 \
 	./... 2>&1 | tee /tmp/strata-test.json | "$testsum" | tee /tmp/strata-test.log
 testrc=$?
 set -e
-rm -rf "$(dirname "$testsum")"
+rm -rf "$(dirname "$testsum")" "$testbins"
 
 phase "waiting for the fuzz run"
 fuzzrc=0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stratadb/strata/internal/netfault"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/testbin"
 	"github.com/stratadb/strata/plugins/objectstore/azure/azuretest"
 	"github.com/stratadb/strata/plugins/objectstore/gcs/gcstest"
 	"github.com/stratadb/strata/plugins/objectstore/s3/s3test"
@@ -55,7 +56,7 @@ func TestUpOnEveryStore(t *testing.T) {
 			// cluster (and up, and restore) launches the plugin.
 			gw := s3test.StartVersityGW(t)
 			gw.SetEnv(t)
-			plugin := pluginBinary(t, "s3")
+			plugin := testbin.ObjectStorePlugin(t, "s3")
 			return func(bucket string, create bool) string {
 				return "  type: s3\n  mode: external\n  plugin:\n    path: " + plugin + "\n    sha256: " + sha256File(t, plugin) +
 					"\n  s3:\n    bucket: " + bucket + "\n    prefix: c1\n    endpoint: " + gw.Endpoint +
@@ -146,19 +147,6 @@ func TestUpOnEveryStore(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pluginBinary builds the external object store plugin of that name into
-// the test's folder.
-func pluginBinary(t *testing.T, name string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "strata-objectstore-"+name)
-	cmd := exec.Command("go", "build", "-o", bin, "./plugins/objectstore/"+name+"/cmd/strata-objectstore-"+name)
-	cmd.Dir = filepath.Join("..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build the %s plugin: %v\n%s", name, err, out)
-	}
-	return bin
 }
 
 func sha256File(t *testing.T, path string) string {

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/testbin"
 	"github.com/stratadb/strata/plugins/objectstore/fs"
 	"github.com/stratadb/strata/sdk/objectstore"
 )
@@ -45,36 +43,6 @@ func freePorts(t *testing.T, n int) []int {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-	buildDir  string
-)
-
-// buildStrata builds the strata binary once per test run.
-func buildStrata(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		buildDir, buildErr = os.MkdirTemp("", "strata-cluster-bin-")
-		if buildErr != nil {
-			return
-		}
-		builtBin = filepath.Join(buildDir, "strata")
-		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/strata")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
 // sleeperEnv makes the test binary, run again by a test, sleep instead of
 // testing: a stand-in process whose command line the test chooses.
 const sleeperEnv = "STRATA_TEST_SLEEPER"
@@ -85,9 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
@@ -122,7 +88,7 @@ func newTestCluster(t *testing.T) (*Cluster, *config.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(loaded, buildStrata(t), zerolog.Nop())
+	c, err := New(loaded, testbin.Strata(t), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

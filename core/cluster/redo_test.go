@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/core/config"
+	"github.com/stratadb/strata/internal/testbin"
 )
 
 // redoStorePages is the compute's local page store in the redo tests:
@@ -60,7 +61,7 @@ func newTestClusterEdited(t *testing.T, edit func(yaml string) string) (*Cluster
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(cfg, buildStrata(t), zerolog.Nop())
+	c, err := New(cfg, testbin.Strata(t), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -17,6 +13,7 @@ import (
 	"github.com/stratadb/strata/core/config"
 	"github.com/stratadb/strata/core/objstore"
 	"github.com/stratadb/strata/core/pluginhost"
+	"github.com/stratadb/strata/internal/testbin"
 	"github.com/stratadb/strata/plugins/objectstore/azure/azuretest"
 	"github.com/stratadb/strata/plugins/objectstore/gcs/gcstest"
 	"github.com/stratadb/strata/plugins/objectstore/s3/s3test"
@@ -24,33 +21,10 @@ import (
 	"github.com/stratadb/strata/sdk/objectstore/storetest"
 )
 
-var (
-	buildMu sync.Mutex
-	built   = map[string]string{}
-)
-
-// pluginBinary builds plugins/objectstore/<name>/cmd/strata-objectstore-<name>.
-func pluginBinary(t *testing.T, name string) string {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[name]; ok {
-		// Built in an earlier test's TempDir: gone once that test ended
-		// (go test -count=2 ran the cached path and failed).
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(t.TempDir(), "strata-objectstore-"+name)
-	cmd := exec.Command("go", "build", "-o", bin, "./plugins/objectstore/"+name+"/cmd/strata-objectstore-"+name)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s plugin: %v\n%s", name, err, out)
-	}
-	built[name] = bin
-	return bin
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
 }
 
 // TestExternalStores runs the acceptance suite against every object store
@@ -88,7 +62,7 @@ func TestExternalStores(t *testing.T) {
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bin := pluginBinary(t, tc.name)
+			bin := testbin.ObjectStorePlugin(t, tc.name)
 			sum, err := pluginhost.FileSHA256(bin)
 			if err != nil {
 				t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stratadb/strata/internal/pgtest"
+	"github.com/stratadb/strata/internal/testbin"
 )
 
 func httpGet(t *testing.T, url string) string {
@@ -33,18 +33,10 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-// buildStrata builds cmd/strata once for the test.
-func buildStrata(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	bin := filepath.Join(t.TempDir(), "strata")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/strata")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testbin.Cleanup()
+	os.Exit(code)
 }
 
 // TestStrataLifecycle starts a strata cluster from the repository's
@@ -58,7 +50,7 @@ func TestStrataLifecycle(t *testing.T) {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	profile := filepath.Join(filepath.Dir(file), "..", "..", "..", "configs", "local.yaml")
-	tg, err := NewStrata(Config{Name: "strata", Kind: "strata", Profile: profile, Strata: buildStrata(t),
+	tg, err := NewStrata(Config{Name: "strata", Kind: "strata", Profile: profile, Strata: testbin.Strata(t),
 		Settings: map[string]string{"shared_buffers": "32MB"}, Config: map[string]string{"compute.full_page_writes": "false"}}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
