@@ -56,6 +56,12 @@ testbins=$(mktemp -d)
 go build -o "$testbins/" ./cmd/strata ./plugins/objectstore/s3/cmd/strata-objectstore-s3 \
 	./plugins/objectstore/gcs/cmd/strata-objectstore-gcs ./plugins/objectstore/azure/cmd/strata-objectstore-azure
 export STRATA_TEST_BIN_DIR=$testbins
+# One initdb per set of arguments for the test servers of internal/pgtest,
+# copied with a new system identifier for each (initdb took about 1.4
+# CPU-s per server).
+pgtemplates=$(mktemp -d)
+chmod 755 "$pgtemplates"
+export STRATA_TEST_PG_TEMPLATES=$pgtemplates
 #
 # Three test binaries run at once on the two cores: the whole-cluster tests
 # spend about half their time waiting on their servers (core/cluster alone
@@ -73,7 +79,7 @@ go test -json -p 3 -timeout 20m -count=1 \
 	./... 2>&1 | tee /tmp/strata-test.json | "$testsum" | tee /tmp/strata-test.log
 testrc=$?
 set -e
-rm -rf "$(dirname "$testsum")" "$testbins"
+rm -rf "$(dirname "$testsum")" "$testbins" "$pgtemplates"
 
 phase "waiting for the fuzz run"
 fuzzrc=0

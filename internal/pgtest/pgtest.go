@@ -225,8 +225,8 @@ type Server struct {
 	log *os.File
 }
 
-// Start runs initdb and starts a server; it stops the server and removes its
-// folders at test cleanup.
+// Start runs initdb (or copies its output: TemplatesEnv) and starts a
+// server; it stops the server and removes its folders at test cleanup.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if err := Available(); err != nil {
@@ -234,24 +234,10 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	root := MkdirOwned(t, "strata-pg-")
 	s := &Server{t: t, DataDir: filepath.Join(root, "data"), SockDir: root, Port: FreePort(t)}
-	args := []string{"-D", s.DataDir, "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust"}
-	if opts.Password != "" {
-		pw := filepath.Join(root, "pwfile")
-		if err := os.WriteFile(pw, []byte(opts.Password+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := Chown(pw); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "--pwfile", pw)
-	}
+	args := []string{"-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", "-A", "trust"}
 	args = append(args, opts.InitDBArgs...)
-	cmd, err := Command("initdb", args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	if err := initData(s.DataDir, args, opts.Password); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	conf := map[string]string{
 		"listen_addresses":        "'127.0.0.1'",
