@@ -364,6 +364,15 @@ func TestUpWhileStoreDown(t *testing.T) {
 	start := time.Now()
 	down()
 	t.Logf("strata down with the store down took %s", time.Since(start).Round(time.Second))
+	// The pageserver asks the store once (3 s) and does not wait out its
+	// 20 s publish.
+	b, err := os.ReadFile(filepath.Join(dir, "state", "pageserver", "pageserver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "timelines not published to the object store at shutdown: the store does not answer") {
+		t.Fatalf("the pageserver's log has no skipped shutdown publish:\n%s", b[max(0, len(b)-3000):])
+	}
 
 	hole.Thaw()
 	pgURL, progress = up()

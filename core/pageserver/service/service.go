@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) error {
 	graceful := false
 	defer func() {
 		if graceful {
-			publishAll(ps, log, publishLimit)
+			publishAll(ps, o.Store, log, publishLimit)
 		}
 	}()
 	// Before the link starts: ingest must not see the timeline half
@@ -278,26 +278,63 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // publishLimit bounds publishAll: within `strata down`'s 30 s for the
-// pageserver, with room for the rest of the stop.
-const publishLimit = 20 * time.Second
+// pageserver, with room for the rest of the stop. storeProbeLimit bounds
+// the question publishAll asks the store first.
+const (
+	publishLimit    = 20 * time.Second
+	storeProbeLimit = 3 * time.Second
+)
 
 // publishAll flushes every timeline's in-memory layers and uploads every
 // layer and the manifest, so that the object store alone holds the
 // timelines and a pageserver can start on an empty folder from it. What
 // does not make it within limit stays in the local folder, which the next
 // start uses as always.
-func publishAll(ps *pageserver.Pageserver, log zerolog.Logger, limit time.Duration) {
+//
+// The store is first asked one cheap question (storeProbeLimit): if it
+// does not answer, the publish would only wait out its limit, and `strata
+// down` in an outage would take that much longer; the flush to local
+// layers still runs.
+func publishAll(ps *pageserver.Pageserver, store objectstore.Store, log zerolog.Logger, limit time.Duration) {
+	start := time.Now()
+	tls := ps.Timelines()
+	if err := storeAnswers(store, storeProbeLimit); err != nil {
+		for _, tl := range tls {
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			if err := tl.Flush(ctx); err != nil {
+				log.Warn().Err(err).Stringer("timeline", tl.ID()).Msg("flushing the timeline at shutdown")
+			}
+			cancel()
+		}
+		log.Warn().Err(err).Int("timelines", len(tls)).
+			Msg("timelines not published to the object store at shutdown: the store does not answer; the local folder holds everything, and the next start uploads it")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	start := time.Now()
 	ok := true
-	for _, tl := range ps.Timelines() {
+	for _, tl := range tls {
 		if err := tl.Publish(ctx); err != nil {
 			ok = false
 			log.Warn().Err(err).Stringer("timeline", tl.ID()).Msg("timeline not wholly published to the object store at shutdown; the local folder holds the rest")
 		}
 	}
 	if ok {
-		log.Info().Dur("took", time.Since(start)).Int("timelines", len(ps.Timelines())).Msg("every timeline published to the object store")
+		log.Info().Dur("took", time.Since(start)).Int("timelines", len(tls)).Msg("every timeline published to the object store")
 	}
+}
+
+// storeAnswers returns nil when store answers a Stat within limit (a
+// missing key is an answer) or there is no store.
+func storeAnswers(store objectstore.Store, limit time.Duration) error {
+	if store == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	_, err := store.Stat(ctx, "timelines/.shutdown-probe")
+	if err == nil || errors.Is(err, objectstore.ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("asked whether it answers: %w", err)
 }
