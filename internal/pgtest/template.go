@@ -25,18 +25,19 @@ const TemplatesEnv = "STRATA_TEST_PG_TEMPLATES"
 
 // initData makes dataDir a fresh cluster of initdb with args (but -D) and
 // the superuser's password (none when empty): from a template when
-// TemplatesEnv names a folder, else by running initdb.
+// TemplatesEnv names a folder (a failure there is the test's, not a reason
+// to run initdb quietly instead), else by running initdb.
 func initData(dataDir string, args []string, password string) error {
+	args = args[:len(args):len(args)] // appends below copy
 	if root := os.Getenv(TemplatesEnv); root != "" {
 		tmpl, err := template(root, args, password)
 		if err == nil {
 			err = copyTemplate(tmpl, dataDir)
 		}
-		if err == nil {
-			return nil
+		if err != nil {
+			return fmt.Errorf("initdb template in %s=%s: %w", TemplatesEnv, root, err)
 		}
-		os.RemoveAll(dataDir)
-		fmt.Fprintf(os.Stderr, "pgtest: initdb template in %s: %v; running initdb\n", root, err)
+		return nil
 	}
 	if password != "" {
 		pw := filepath.Join(filepath.Dir(dataDir), "pwfile")
