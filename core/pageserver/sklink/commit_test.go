@@ -231,7 +231,7 @@ func TestCommitFastPollSeesFlush(t *testing.T) {
 	waiting.Store(true)
 	c.Kick() // what the pageserver does when a write leaves versions pending
 	for i, lsn := range []pg.LSN{20, 30, 40} {
-		time.Sleep(150 * time.Millisecond) // past StallAfter the second time
+		time.Sleep(150 * time.Millisecond) // past StallAfter (100 ms): the pollers look every StalledPoll by then
 		for _, s := range sks {
 			s.set(func(st *server.Status) { st.FlushLSN = lsn })
 		}
