@@ -365,13 +365,23 @@ func TestUpWhileStoreDown(t *testing.T) {
 	down()
 	t.Logf("strata down with the store down took %s", time.Since(start).Round(time.Second))
 	// The pageserver asks the store once (3 s) and does not wait out its
-	// 20 s publish.
+	// 20 s publish (down took 30-31 s before it and the safekeepers asked).
 	b, err := os.ReadFile(filepath.Join(dir, "state", "pageserver", "pageserver.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "timelines not published to the object store at shutdown: the store does not answer") {
 		t.Fatalf("the pageserver's log has no skipped shutdown publish:\n%s", b[max(0, len(b)-3000):])
+	}
+	// So do the safekeepers before their last archive step (10 s).
+	for _, id := range []string{"sk1", "sk2", "sk3"} {
+		b, err := os.ReadFile(filepath.Join(dir, "state", "safekeepers", id, "safekeeper.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "not archived at stop: the object store does not answer") {
+			t.Fatalf("safekeeper %s's log has no skipped last archive step:\n%s", id, b[max(0, len(b)-3000):])
+		}
 	}
 
 	hole.Thaw()

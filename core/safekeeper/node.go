@@ -975,6 +975,10 @@ func (n *Node) repairBlock(ctx context.Context, blk pg.LSN) error {
 	return fmt.Errorf("no peer had a matching copy: %s", strings.Join(errs, "; "))
 }
 
+// storePingLimit bounds the question archiveLoop asks the object store
+// before its last step at stop.
+const storePingLimit = 3 * time.Second
+
 func (n *Node) archiveLoop(ctx context.Context) {
 	var archErrs repeatedErr
 	t := time.NewTicker(n.cfg.Archive.Interval)
@@ -993,6 +997,15 @@ func (n *Node) archiveLoop(ctx context.Context) {
 			pctx, pcancel := context.WithTimeout(fctx, 2*time.Second)
 			n.pollPeers(pctx)
 			pcancel()
+			// A store that does not answer would have the step wait
+			// out its bound: `strata down` in a store outage.
+			qctx, qcancel := context.WithTimeout(fctx, storePingLimit)
+			err := n.arch.Ping(qctx)
+			qcancel()
+			if err != nil {
+				n.log.Warn().Err(err).Msg("safekeeper: the partial last segment not archived at stop: the object store does not answer; the local WAL holds it, and the next start archives it")
+				return
+			}
 			if _, err := n.arch.Final(fctx, n.CommitLSN()); err != nil {
 				n.log.Warn().Err(err).Msg("safekeeper: archive the partial last segment at stop")
 			}

@@ -298,7 +298,7 @@ const (
 func publishAll(ps *pageserver.Pageserver, store objectstore.Store, log zerolog.Logger, limit time.Duration) {
 	start := time.Now()
 	tls := ps.Timelines()
-	if err := storeAnswers(store, storeProbeLimit); err != nil {
+	if err := ping(store, storeProbeLimit); err != nil {
 		for _, tl := range tls {
 			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			if err := tl.Flush(ctx); err != nil {
@@ -324,17 +324,12 @@ func publishAll(ps *pageserver.Pageserver, store objectstore.Store, log zerolog.
 	}
 }
 
-// storeAnswers returns nil when store answers a Stat within limit (a
-// missing key is an answer) or there is no store.
-func storeAnswers(store objectstore.Store, limit time.Duration) error {
+// ping is objectstore.Ping within limit; no store answers.
+func ping(store objectstore.Store, limit time.Duration) error {
 	if store == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	_, err := store.Stat(ctx, "timelines/.shutdown-probe")
-	if err == nil || errors.Is(err, objectstore.ErrNotFound) {
-		return nil
-	}
-	return fmt.Errorf("asked whether it answers: %w", err)
+	return objectstore.Ping(ctx, store)
 }

@@ -117,6 +117,11 @@ func (a *Archiver) Step(ctx context.Context, commit pg.LSN) (pg.LSN, error) {
 	return a.step(ctx, commit, false)
 }
 
+// Ping asks the object store one cheap question (objectstore.Ping).
+func (a *Archiver) Ping(ctx context.Context) error {
+	return objectstore.Ping(ctx, a.o.Store)
+}
+
 // Final is the step a safekeeper takes as it stops: Step, then the
 // partial last segment uploaded at once, without waiting for
 // PartialAfter of quiet, unless the store already holds as much of it
