@@ -181,7 +181,7 @@ func restoreAtTheEdge(t *testing.T, ctx context.Context, c *Cluster, url, metric
 	}
 	x := st.RestoreFrom
 	if x == 0 || x < st.PageserverGCCutoff {
-		t.Fatalf("status: restore from %s with the GC cutoff at %s", x, st.PageserverGCCutoff)
+		t.Fatalf("status: restore from %s (%s) with the GC cutoff at %s", x, st.RestoreFromErr, st.PageserverGCCutoff)
 	}
 	root := pgtest.MkdirOwned(t, "strata-restore-lease-")
 	if err := os.Chmod(root, 0o755); err != nil {

@@ -67,9 +67,11 @@ type Status struct {
 	// store (zero when the last one succeeded).
 	PageserverUpload trouble.Run
 	// RestoreFrom and RestoreFromTime: the oldest moment `strata restore`
-	// reaches (zero when the pageserver does not say).
+	// reaches (zero when unknown: RestoreFromErr says why, unless the
+	// pageserver did not answer at all).
 	RestoreFrom     pg.LSN
 	RestoreFromTime time.Time
+	RestoreFromErr  string
 	// IngestsWAL: the pageserver follows the safekeepers' WAL (redo mode,
 	// or an image policy other than writeback), so its last record should
 	// keep up with the group's commit LSN.
@@ -217,6 +219,8 @@ func (c *Cluster) storageStatus(ctx context.Context, st *State, s *Status) {
 			}
 			if lsn, at, err := restore.Oldest(qctx, cl, tl, filesTL); err == nil {
 				s.RestoreFrom, s.RestoreFromTime = lsn, at
+			} else {
+				s.RestoreFromErr = err.Error()
 			}
 			cl.Close()
 		}
@@ -293,8 +297,11 @@ func (s *Status) Print(w io.Writer) {
 				u.Since.Local().Format("15:04:05"), u.Failures, u.Err)
 		}
 	}
-	if s.RestoreFrom > 0 {
+	switch {
+	case s.RestoreFrom > 0:
 		fmt.Fprintf(w, "restore   from %s (%s) on: strata restore --at LSN|TIME --to DIR\n", s.RestoreFromTime.Local().Format("2006-01-02 15:04:05 -07:00"), s.RestoreFrom)
+	case s.RestoreFromErr != "":
+		fmt.Fprintf(w, "restore   from: unknown (%s)\n", s.RestoreFromErr)
 	}
 	if len(s.Safekeepers) > 0 {
 		c := groupCommit(s.Safekeepers)

@@ -146,3 +146,29 @@ func TestStatusGroupCommit(t *testing.T) {
 		t.Fatalf("group commit %d with one of two term-3 members down, want sk1's own 3000", got)
 	}
 }
+
+// TestStatusPrintRestoreFrom: the restore line gives the oldest moment, or
+// why it is unknown, and is left out when the pageserver said nothing.
+func TestStatusPrintRestoreFrom(t *testing.T) {
+	at := time.Date(2026, 12, 7, 11, 43, 43, 0, time.Local)
+	for _, tc := range []struct {
+		s    Status
+		want string
+	}{
+		{Status{RestoreFrom: 0x5F32E20, RestoreFromTime: at}, "restore   from 2026-12-07 11:43:43 "},
+		{Status{RestoreFromErr: "restore: pg_control at 0/5F32E20: timeline: LSN is below the GC cutoff"}, "restore   from: unknown (restore: pg_control at 0/5F32E20: timeline: LSN is below the GC cutoff)\n"},
+		{Status{}, ""},
+	} {
+		var b strings.Builder
+		tc.s.Print(&b)
+		var got string
+		for _, l := range strings.SplitAfter(b.String(), "\n") {
+			if strings.HasPrefix(l, "restore ") {
+				got = l
+			}
+		}
+		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
+			t.Errorf("restore line %q, want it to start with %q", got, tc.want)
+		}
+	}
+}

@@ -462,6 +462,21 @@ func Oldest(ctx context.Context, ps *client.Client, tl, filesTL pg.TimelineID) (
 	if o.FilesTimeline == (pg.TimelineID{}) {
 		o.FilesTimeline = tl
 	}
+	// GC may pass the cutoff history read before the reads below it (a
+	// short storage.pitr under writes moves it every few seconds): then
+	// the history is read again.
+	for tries := 1; ; tries++ {
+		lsn, at, err := oldestOnce(ctx, o)
+		if err == nil || !errors.Is(err, timeline.ErrBelowGCCutoff) || tries == oldestTries {
+			return lsn, at, err
+		}
+	}
+}
+
+// oldestTries bounds Oldest's reads of a history that GC keeps moving.
+const oldestTries = 5
+
+func oldestOnce(ctx context.Context, o Options) (pg.LSN, time.Time, error) {
 	oldest, end, err := history(ctx, o)
 	if err != nil {
 		return 0, time.Time{}, err
