@@ -462,9 +462,9 @@ func Oldest(ctx context.Context, ps *client.Client, tl, filesTL pg.TimelineID) (
 	if o.FilesTimeline == (pg.TimelineID{}) {
 		o.FilesTimeline = tl
 	}
-	// GC may pass the cutoff history read before the reads below it (a
-	// short storage.pitr under writes moves it every few seconds): then
-	// the history is read again.
+	// GC may move its cutoff past the one history read before the reads
+	// of pg_control at it (a short storage.pitr under writes moves it
+	// every few seconds): then the history is read again.
 	for tries := 1; ; tries++ {
 		lsn, at, err := oldestOnce(ctx, o)
 		if err == nil || !errors.Is(err, timeline.ErrBelowGCCutoff) || tries == oldestTries {
