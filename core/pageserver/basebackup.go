@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"path"
 	"sort"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stratadb/strata/core/pageserver/keyspace"
 	"github.com/stratadb/strata/core/pageserver/timeline"
+	"github.com/stratadb/strata/internal/pgcontrol"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -253,9 +253,7 @@ const (
 	ctlCheckPointCpy = 40  // CheckPoint (88 bytes)
 	ctlMinRecovery   = 136 // minRecoveryPoint, minRecoveryPointTLI (+4)
 	ctlBackupStart   = 152 // backupStartPoint, backupEndPoint, backupEndRequired
-	ctlCRC           = 288 // offsetof(ControlFileData, crc)
-	ctlVersion       = 1300
-	dbInProduction   = 6 // DB_IN_PRODUCTION
+	dbInProduction   = 6   // DB_IN_PRODUCTION
 )
 
 // ControlFromCheckpoint returns a copy of pg_control (PostgreSQL 15, as
@@ -267,35 +265,32 @@ func ControlFromCheckpoint(ctl []byte, c Checkpoint, now time.Time) ([]byte, err
 	if len(c.Data) != checkpointSize {
 		return nil, fmt.Errorf("%w: checkpoint of %d bytes", ErrBadControl, len(c.Data))
 	}
-	if err := checkControl(ctl); err != nil {
-		return nil, err
-	}
-	out := bytes.Clone(ctl)
-	binary.LittleEndian.PutUint32(out[ctlState:], dbInProduction)
-	binary.LittleEndian.PutUint64(out[ctlTime:], uint64(now.Unix()))
-	binary.LittleEndian.PutUint64(out[ctlCheckPoint:], uint64(c.LSN))
-	copy(out[ctlCheckPointCpy:ctlCheckPointCpy+checkpointSize], c.Data)
-	clear(out[ctlMinRecovery : ctlMinRecovery+12])
-	clear(out[ctlBackupStart : ctlBackupStart+17])
-	binary.LittleEndian.PutUint32(out[ctlCRC:], crc32.Checksum(out[:ctlCRC], castagnoli))
-	return out, nil
+	return rewriteControl(ctl, func(out []byte) {
+		binary.LittleEndian.PutUint32(out[ctlState:], dbInProduction)
+		binary.LittleEndian.PutUint64(out[ctlTime:], uint64(now.Unix()))
+		binary.LittleEndian.PutUint64(out[ctlCheckPoint:], uint64(c.LSN))
+		copy(out[ctlCheckPointCpy:ctlCheckPointCpy+checkpointSize], c.Data)
+		clear(out[ctlMinRecovery : ctlMinRecovery+12])
+		clear(out[ctlBackupStart : ctlBackupStart+17])
+	})
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // checkControl checks that ctl is PostgreSQL 15's pg_control with a CRC
 // that matches (which also checks the layout the offsets above assume).
 func checkControl(ctl []byte) error {
-	if len(ctl) < ctlCRC+4 {
-		return fmt.Errorf("%w: %d bytes", ErrBadControl, len(ctl))
-	}
-	if v := binary.LittleEndian.Uint32(ctl[8:]); v != ctlVersion {
-		return fmt.Errorf("%w: pg_control_version %d", ErrBadControl, v)
-	}
-	if got, want := crc32.Checksum(ctl[:ctlCRC], castagnoli), binary.LittleEndian.Uint32(ctl[ctlCRC:]); got != want {
-		return fmt.Errorf("%w: CRC %08x, stored %08x", ErrBadControl, got, want)
+	if err := pgcontrol.Check(ctl); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadControl, err)
 	}
 	return nil
+}
+
+// rewriteControl is pgcontrol.Rewrite with its errors ErrBadControl.
+func rewriteControl(ctl []byte, change func(out []byte)) ([]byte, error) {
+	out, err := pgcontrol.Rewrite(ctl, change)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadControl, err)
+	}
+	return out, nil
 }
 
 // ControlWithMinRecoveryPoint returns a copy of pg_control (checked
@@ -303,15 +298,11 @@ func checkControl(ctl []byte) error {
 // timeline tli, no backup in progress, and a fresh CRC: archive recovery
 // from it refuses to stop, or to call the server consistent, before lsn.
 func ControlWithMinRecoveryPoint(ctl []byte, lsn pg.LSN, tli pg.PGTimeline) ([]byte, error) {
-	if err := checkControl(ctl); err != nil {
-		return nil, err
-	}
-	out := bytes.Clone(ctl)
-	binary.LittleEndian.PutUint64(out[ctlMinRecovery:], uint64(lsn))
-	binary.LittleEndian.PutUint32(out[ctlMinRecovery+8:], uint32(tli))
-	clear(out[ctlBackupStart : ctlBackupStart+17])
-	binary.LittleEndian.PutUint32(out[ctlCRC:], crc32.Checksum(out[:ctlCRC], castagnoli))
-	return out, nil
+	return rewriteControl(ctl, func(out []byte) {
+		binary.LittleEndian.PutUint64(out[ctlMinRecovery:], uint64(lsn))
+		binary.LittleEndian.PutUint32(out[ctlMinRecovery+8:], uint32(tli))
+		clear(out[ctlBackupStart : ctlBackupStart+17])
+	})
 }
 
 // ControlCheckpointTime returns the time (whole seconds, when it began)

@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/stratadb/strata/internal/pgcontrol"
 )
 
 // TemplatesEnv names a folder where Start keeps the output of initdb, one
@@ -135,17 +136,6 @@ func newSystemID() uint64 {
 	return uint64(now.Unix())<<32 | uint64(now.Nanosecond()/1000)<<12 | (uint64(os.Getpid())+sysIDSeq.Add(1))&0xfff
 }
 
-// PostgreSQL 15 layout: pg_control's system identifier is its first field
-// and its CRC-32C (of the bytes before it) lies at controlCRCOffset; a WAL
-// segment's first page has a long header with the system identifier at
-// walSysIDOffset.
-const (
-	controlCRCOffset = 288
-	walSysIDOffset   = 24
-)
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // setSystemID writes id into the cluster's pg_control (its CRC updated)
 // and into the long header of each WAL segment in pg_wal, which must hold
 // the old identifier: Postgres refuses WAL whose header names another
@@ -157,10 +147,10 @@ func setSystemID(dataDir string, id uint64) error {
 	if err != nil {
 		return err
 	}
-	if len(ctl) < controlCRCOffset+4 || le.Uint32(ctl[controlCRCOffset:]) != crc32.Checksum(ctl[:controlCRCOffset], castagnoli) {
-		return fmt.Errorf("%s: not a PostgreSQL 15 pg_control (size %d or CRC)", ctlPath, len(ctl))
+	if err := pgcontrol.Check(ctl); err != nil {
+		return fmt.Errorf("%s: %w", ctlPath, err)
 	}
-	old := le.Uint64(ctl)
+	old := le.Uint64(ctl[pgcontrol.SystemIDOffset:])
 	segs, err := filepath.Glob(filepath.Join(dataDir, "pg_wal", strings.Repeat("[0-9A-F]", 24)))
 	if err != nil {
 		return err
@@ -173,9 +163,11 @@ func setSystemID(dataDir string, id uint64) error {
 			return err
 		}
 	}
-	le.PutUint64(ctl, id)
-	le.PutUint32(ctl[controlCRCOffset:], crc32.Checksum(ctl[:controlCRCOffset], castagnoli))
-	return os.WriteFile(ctlPath, ctl, 0o600)
+	out, err := pgcontrol.Rewrite(ctl, func(b []byte) { le.PutUint64(b[pgcontrol.SystemIDOffset:], id) })
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(ctlPath, out, 0o600)
 }
 
 // rewriteSysID replaces the system identifier old by id in the long header
@@ -187,14 +179,14 @@ func rewriteSysID(path string, old, id uint64) error {
 	}
 	defer f.Close()
 	var b [8]byte
-	if _, err := f.ReadAt(b[:], walSysIDOffset); err != nil {
+	if _, err := f.ReadAt(b[:], pgcontrol.WALSystemIDOffset); err != nil {
 		return err
 	}
 	if got := binary.LittleEndian.Uint64(b[:]); got != old {
 		return fmt.Errorf("%s: system identifier %d in the WAL header, %d in pg_control", path, got, old)
 	}
 	binary.LittleEndian.PutUint64(b[:], id)
-	if _, err := f.WriteAt(b[:], walSysIDOffset); err != nil {
+	if _, err := f.WriteAt(b[:], pgcontrol.WALSystemIDOffset); err != nil {
 		return err
 	}
 	return f.Close()

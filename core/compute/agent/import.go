@@ -17,6 +17,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/compute/walpos"
+	"github.com/stratadb/strata/internal/pgcontrol"
 	"github.com/stratadb/strata/sdk/pg"
 )
 
@@ -161,10 +162,6 @@ func importSystemID(old uint64, tl pg.TimelineID) uint64 {
 	return binary.LittleEndian.Uint64(sum[:]) &^ (1 << 63)
 }
 
-// walSysIDOffset is where a WAL segment's first page (its long header)
-// holds the system identifier: after the 24-byte short header.
-const walSysIDOffset = 24
-
 // importWAL copies the folder's WAL that a start needs into the WAL
 // scratch folder walDir, owned by uid/gid: the segment of its last
 // checkpoint (a clean shutdown's is its last record) and the segments
@@ -208,16 +205,16 @@ func importWAL(dir, walDir string, ctl Control, sysID uint64, uid, gid int) (int
 			return n, err
 		}
 		le := binary.LittleEndian
-		if len(b) < walSysIDOffset+8 || le.Uint64(b[8:]) != no*pg.WALSegmentSize {
+		if len(b) < pgcontrol.WALSystemIDOffset+8 || le.Uint64(b[8:]) != no*pg.WALSegmentSize {
 			if no == first {
 				return n, fmt.Errorf("%w: %s: WAL segment %s does not begin at its own position", ErrImport, dir, name)
 			}
 			break // preallocated or recycled: not this WAL
 		}
-		if got := le.Uint64(b[walSysIDOffset:]); got != ctl.SystemID {
+		if got := le.Uint64(b[pgcontrol.WALSystemIDOffset:]); got != ctl.SystemID {
 			return n, fmt.Errorf("%w: %s: WAL segment %s is of system %d, pg_control of %d", ErrImport, dir, name, got, ctl.SystemID)
 		}
-		le.PutUint64(b[walSysIDOffset:], sysID)
+		le.PutUint64(b[pgcontrol.WALSystemIDOffset:], sysID)
 		if err := writeOwned(filepath.Join(walDir, name), b, uid, gid); err != nil {
 			return n, err
 		}

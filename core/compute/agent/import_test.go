@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/postgres"
+	"github.com/stratadb/strata/internal/pgcontrol"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/sdk/pg"
 )
@@ -135,14 +136,14 @@ func TestCheckImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := binary.LittleEndian.Uint64(got[walSysIDOffset:]); id != 42 {
+	if id := binary.LittleEndian.Uint64(got[pgcontrol.WALSystemIDOffset:]); id != 42 {
 		t.Errorf("the copied segment's system identifier: %d, want 42", id)
 	}
 	orig, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := binary.LittleEndian.Uint64(orig[walSysIDOffset:]); id != ctl.SystemID {
+	if id := binary.LittleEndian.Uint64(orig[pgcontrol.WALSystemIDOffset:]); id != ctl.SystemID {
 		t.Errorf("the folder's segment now says system %d, want %d (unchanged)", id, ctl.SystemID)
 	}
 	if got, want := importSystemID(ctl.SystemID, pg.TimelineID{1}), importSystemID(ctl.SystemID, pg.TimelineID{1}); got != want || got == ctl.SystemID {

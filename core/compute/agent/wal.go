@@ -6,13 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 
 	"github.com/stratadb/strata/core/compute/walpos"
 	"github.com/stratadb/strata/core/safekeeper"
 	"github.com/stratadb/strata/core/safekeeper/server"
+	"github.com/stratadb/strata/internal/pgcontrol"
 	"github.com/stratadb/strata/plugins/redo/postgres/wal"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/pg"
@@ -20,9 +20,6 @@ import (
 
 // ControlFile is PGDATA's pg_control, relative to the data directory.
 const ControlFile = "global/pg_control"
-
-// pgControlVersion is PG_CONTROL_VERSION of PostgreSQL 15.
-const pgControlVersion = 1300
 
 // ErrControl: pg_control is missing or not a PostgreSQL 15 control file.
 var ErrControl = errors.New("agent: bad pg_control")
@@ -46,8 +43,8 @@ func ParseControl(b []byte) (Control, error) {
 		return Control{}, fmt.Errorf("%w: %d bytes", ErrControl, len(b))
 	}
 	le := binary.LittleEndian
-	if v := le.Uint32(b[8:12]); v != pgControlVersion {
-		return Control{}, fmt.Errorf("%w: pg_control_version %d, want %d (PostgreSQL 15)", ErrControl, v, pgControlVersion)
+	if v := le.Uint32(b[8:12]); v != pgcontrol.Version {
+		return Control{}, fmt.Errorf("%w: pg_control_version %d, want %d (PostgreSQL 15)", ErrControl, v, pgcontrol.Version)
 	}
 	c := Control{
 		SystemID:   le.Uint64(b[0:8]),
@@ -68,7 +65,6 @@ const (
 	dbShutdowned           = 1
 	dbShutdownedInRecovery = 2
 	dbInProduction         = 6
-	controlCRCStart        = 288
 )
 
 // ForceCrashRecovery returns a copy of the pg_control b with the state of
@@ -91,20 +87,12 @@ func rewriteControl(b []byte, change func(out []byte)) ([]byte, error) {
 	if _, err := ParseControl(b); err != nil {
 		return nil, err
 	}
-	if len(b) < controlCRCStart+4 {
-		return nil, fmt.Errorf("%w: %d bytes", ErrControl, len(b))
+	out, err := pgcontrol.Rewrite(b, change)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrControl, err)
 	}
-	le := binary.LittleEndian
-	if got, want := le.Uint32(b[controlCRCStart:]), crc32.Checksum(b[:controlCRCStart], castagnoli); got != want {
-		return nil, fmt.Errorf("%w: CRC %08x, computed %08x", ErrControl, got, want)
-	}
-	out := bytes.Clone(b)
-	change(out)
-	le.PutUint32(out[controlCRCStart:], crc32.Checksum(out[:controlCRCStart], castagnoli))
 	return out, nil
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // RecordsAfter reports whether the WAL in dir (pg_wal) holds a record
 // after the one at checkpoint that starts below end.
