@@ -214,7 +214,8 @@ func readLogs(dir string, res *Result) error {
 	if secs > 0 {
 		res.TPS = float64(res.Transactions) / secs
 	}
-	for s := int64(0); float64(s) < secs-1; s++ {
+	// Whole seconds only: a last partial second would read low.
+	for s := int64(0); float64(s+1) <= secs; s++ {
 		res.TPSSeries = append(res.TPSSeries, [2]float64{float64(s + 1), float64(perSec[s])})
 	}
 	return nil
