@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 )
@@ -93,10 +92,23 @@ func buildNow(pkg, name string) (string, error) {
 	return out, nil
 }
 
-// Root is the repository's root folder.
+// Root is the repository's root folder: the nearest folder above the
+// working directory (a test's is its package's folder) that holds go.mod.
+// Not the source path of this file, which a build with -trimpath (as
+// scripts/test.sh's) leaves relative.
 func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("testbin: working directory: %v", err))
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic(fmt.Sprintf("testbin: no go.mod above %s", dir))
+		}
+	}
 }
 
 // Cleanup removes what this process built; a package's TestMain calls it

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,8 +47,7 @@ func TestStrataLifecycle(t *testing.T) {
 	if err := pgtest.Available(); err != nil {
 		t.Skip(err)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	profile := filepath.Join(filepath.Dir(file), "..", "..", "..", "configs", "local.yaml")
+	profile := filepath.Join(testbin.Root(), "configs", "local.yaml")
 	tg, err := NewStrata(Config{Name: "strata", Kind: "strata", Profile: profile, Strata: testbin.Strata(t),
 		Settings: map[string]string{"shared_buffers": "32MB"}, Config: map[string]string{"compute.full_page_writes": "false"}}, zerolog.Nop())
 	if err != nil {

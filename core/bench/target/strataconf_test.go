@@ -3,16 +3,16 @@ package target
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/stratadb/strata/internal/testbin"
 )
 
 func localProfile(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "configs", "local.yaml")
+	return filepath.Join(testbin.Root(), "configs", "local.yaml")
 }
 
 // TestStrataConfigKeys checks the config: field of a strata target: keys
