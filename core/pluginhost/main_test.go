@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
+	"github.com/stratadb/strata/internal/testbin"
 	"github.com/stratadb/strata/sdk/objectstore"
 	"github.com/stratadb/strata/sdk/plugin"
 )
@@ -148,11 +149,7 @@ func buildPlugin(t testing.TB, name string) (path, sum string) {
 		if buildErr != nil {
 			return
 		}
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
+		root := testbin.Root()
 		// No symbol tables or DWARF: linking is most of the build time.
 		args := []string{"build", "-ldflags=-s -w", "-o", buildDir + string(filepath.Separator)}
 		for _, pkg := range pluginPkgs {
@@ -178,18 +175,6 @@ func buildPlugin(t testing.TB, name string) (path, sum string) {
 		t.Fatal(err)
 	}
 	return path, sum
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("not inside a Go module")
-	}
-	return filepath.Dir(gomod), nil
 }
 
 // testLog returns a zerolog logger into the test log.
