@@ -28,6 +28,37 @@ export STRATA_REQUIRE_BROWSER=1
 start=$(date +%s)
 phase() { echo "== $* ($(( $(date +%s) - start ))s in)"; }
 
+# Where the tests keep their files (STRATA_TEST_TMP): "ram" puts TMPDIR on
+# the tmpfs /dev/shm (every test's folders, clusters, object stores and the
+# build's work folders), "disk" leaves TMPDIR as it is, and "auto" (the
+# default) takes ram when /dev/shm is a tmpfs with 8 GiB free and the machine
+# has 8 GiB of memory available. On disk, ext4's journal, writeback and
+# fsyncs were 15-20% of the agent tests' CPU on the current machine (a VM
+# where every block request is costly): docs/benchmarks.md, "The test
+# run". No test depends on a disk surviving a power cut (kill -9 keeps the
+# page cache); STRATA_TEST_TMP=disk runs them on the disk.
+testtmp=
+case "${STRATA_TEST_TMP:-auto}" in
+ram | auto)
+	shmfree=$(df --output=avail -k /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+	memfree=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+	if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ "${shmfree:-0}" -ge $((8 << 20)) ] && [ "${memfree:-0}" -ge $((8 << 20)) ]; then
+		testtmp=$(mktemp -d /dev/shm/strata-test.XXXXXX)
+		chmod 1777 "$testtmp" # Postgres runs as its own user, as under /tmp
+		export TMPDIR=$testtmp
+	elif [ "${STRATA_TEST_TMP:-auto}" = ram ]; then
+		echo "STRATA_TEST_TMP=ram: /dev/shm is not a tmpfs with 8 GiB free, or the machine has less than 8 GiB of memory available" >&2
+		exit 1
+	fi
+	;;
+disk) ;;
+*)
+	echo "STRATA_TEST_TMP=$STRATA_TEST_TMP: want auto, ram or disk" >&2
+	exit 1
+	;;
+esac
+phase "test files under ${TMPDIR:-/tmp}"
+
 phase "go vet"
 go vet ./...
 
@@ -47,7 +78,13 @@ fuzzlog=$(mktemp)
 phase "fuzz FuzzDecode for 700000 runs, in the background (nice 19; its output follows the tests)"
 setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 go test -run "^$" -fuzz "^FuzzDecode$" -fuzztime 700000x -fuzzminimizetime 2s ./plugins/redo/postgres/wal' >"$fuzzlog" 2>&1 &
 fuzzpid=$!
-trap 'kill -- -$fuzzpid 2>/dev/null || true' EXIT
+# At exit, whatever happened: the fuzz run stopped, and the tests' tmpfs
+# folder removed (without crossing into a FUSE mount a failed test left).
+cleanup() {
+	if [ -n "$fuzzpid" ]; then kill -- -"$fuzzpid" 2>/dev/null || true; fi
+	if [ -n "$testtmp" ]; then rm -rf --one-file-system "$testtmp" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
 
 phase "go test"
 # The run prints what a plain go test prints, and then its slowest tests
@@ -89,7 +126,7 @@ rm -rf "$(dirname "$testsum")" "$testbins" "$pgtemplates"
 phase "waiting for the fuzz run"
 fuzzrc=0
 wait "$fuzzpid" || fuzzrc=$?
-trap - EXIT
+fuzzpid=
 # Its progress lines (one each 3 s of a run as long as the tests) but the
 # last are left out.
 awk '/^fuzz: elapsed: .*execs:/ {last=$0; next} {if (last!="") {print last; last=""} print} END {if (last!="") print last}' "$fuzzlog"
