@@ -119,8 +119,12 @@ prewarm: true
 		}
 		// TPM counts commits and rollbacks of the workload, not the
 		// samplers' (which use their own database): HammerDB's mix gives
-		// about 2.3 transactions per new order.
-		if ratio := full.TPM / full.NOPM; ratio < 1.8 || ratio > 3.5 {
+		// about 2.2 transactions per new order. Postgres 15's backends
+		// report their counts to pg_stat_database at most once a second,
+		// so each end of this 6 s window can miss up to a second of each
+		// client's: a CI run measured 1.71. Counting only new orders
+		// would give 1, the samplers' transactions above 3.5.
+		if ratio := full.TPM / full.NOPM; ratio < 1.3 || ratio > 3.5 {
 			t.Fatalf("TPM/NOPM = %.2f", ratio)
 		}
 		byFPW[full.Settings["full_page_writes"]] = full

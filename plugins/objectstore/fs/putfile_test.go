@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,12 +50,8 @@ func TestPutFileLinksOnTheSameFilesystem(t *testing.T) {
 	}
 
 	// Another filesystem: a copy.
-	shm, err := os.MkdirTemp("/dev/shm", "strata-putfile-")
-	if err != nil {
-		t.Skipf("no /dev/shm: %v", err)
-	}
-	defer os.RemoveAll(shm)
-	src2 := filepath.Join(shm, "layer")
+	other := otherFilesystem(t, root)
+	src2 := filepath.Join(other, "layer")
 	if err := os.WriteFile(src2, data[:1000], 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +64,35 @@ func TestPutFileLinksOnTheSameFilesystem(t *testing.T) {
 	if n := tmpEntries(t, s); n != 0 {
 		t.Fatalf("%d files left in the temporary area", n)
 	}
+}
+
+// otherFilesystem makes a folder (removed at cleanup) on a filesystem other
+// than dir's: /dev/shm, /var/tmp or the working directory, whichever is the
+// first one that is (the tests' TMPDIR may itself be on /dev/shm).
+func otherFilesystem(t *testing.T, dir string) string {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"/dev/shm", "/var/tmp", wd} {
+		var cst syscall.Stat_t
+		if syscall.Stat(c, &cst) != nil || cst.Dev == st.Dev {
+			continue
+		}
+		d, err := os.MkdirTemp(c, ".strata-putfile-")
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		return d
+	}
+	t.Skipf("no writable folder on a filesystem other than %s's", dir)
+	return ""
 }
 
 // sameFile reports whether key's object is the file src (a hard link),
