@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stratadb/strata/internal/netport"
+	"github.com/stratadb/strata/internal/pgshm"
 )
 
 // BinDir is where Debian installs the PostgreSQL 15 binaries.
@@ -362,6 +363,10 @@ func (s *Server) signal(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
 	}
+	var seg pgshm.Segment
+	if sig == syscall.SIGKILL {
+		seg, _ = pgshm.Of(s.cmd.Process.Pid)
+	}
 	_ = s.cmd.Process.Signal(sig)
 	done := make(chan error, 1)
 	go func() { done <- s.cmd.Wait() }()
@@ -373,6 +378,7 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 	if sig == syscall.SIGKILL {
 		waitOrphans(s.DataDir)
+		releaseShm(seg)
 	}
 	s.log.Close()
 	s.cmd, s.log = nil, nil
@@ -383,6 +389,21 @@ func (s *Server) signal(sig syscall.Signal) {
 // the next start checks that no process still holds the shared memory.
 func waitOrphans(string) {
 	time.Sleep(200 * time.Millisecond)
+}
+
+// releaseShm removes the shared memory of a killed postmaster (pgshm) once
+// its backends have let go of it (ten seconds at most): the test's folder
+// goes at cleanup, and with it the only way the next postmaster would find
+// it. A zero Segment (none was found before the kill) does nothing.
+func releaseShm(seg pgshm.Segment) {
+	if seg.ShmID == 0 && seg.PID == 0 {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, busy, err := seg.Release(); err != nil || !busy {
+			return
+		}
+	}
 }
 
 // LogTail returns the last few KiB of the server log.

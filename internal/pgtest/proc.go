@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stratadb/strata/internal/pgshm"
 	"github.com/stratadb/strata/internal/procfs"
 )
 
@@ -114,11 +115,13 @@ func (p *Proc) Crash() {
 		return
 	}
 	kids := children(p.cmd.Process.Pid)
+	seg, _ := pgshm.Of(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Kill()
 	for _, k := range kids {
 		_ = syscall.Kill(k, syscall.SIGKILL)
 	}
 	<-p.done
+	releaseShm(seg)
 	p.cmd = nil
 }
 

@@ -822,6 +822,11 @@ func (a *Agent) start(ctx context.Context) (err error) {
 	if err := a.waitReady(ctx); err != nil {
 		return err
 	}
+	if pid := a.PostmasterPID(); pid != 0 {
+		if err := noteShm(a.cfg.Scratch, pid); err != nil {
+			a.log.Warn().Err(err).Msg("cannot note the postmaster's shared memory: if it is killed, the next start cannot remove it")
+		}
+	}
 	if importing {
 		// The imported folder's superuser password is the old cluster's:
 		// the new cluster's connection string carries its own. Before the
@@ -1179,6 +1184,7 @@ func (a *Agent) launch() error {
 			return err
 		}
 	}
+	a.releaseShm()
 	started := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
@@ -1200,6 +1206,7 @@ func (a *Agent) launch() error {
 		if n := reapOrphans(exe, tag, a.cfg.Mountpoint); n > 0 {
 			a.log.Warn().Int("processes", n).Msg("killed backends the postmaster left behind")
 		}
+		a.releaseShm()
 		a.mu.Lock()
 		a.exitErr = err
 		a.mu.Unlock()
@@ -1213,6 +1220,20 @@ func (a *Agent) launch() error {
 	a.mu.Unlock()
 	a.log.Info().Int("pid", cmd.Process.Pid).Str("log", a.pgs.LogFile()).Msg("postgres started")
 	return nil
+}
+
+// releaseShm removes the shared memory a killed postmaster left (shm.go).
+// A postmaster that exited cleanly removed its own: nothing is left to do.
+func (a *Agent) releaseShm() {
+	removed, busy, err := releaseShm(a.cfg.Scratch)
+	switch {
+	case err != nil:
+		a.log.Warn().Err(err).Msg("removing the shared memory of a postmaster that was killed")
+	case len(removed) > 0:
+		a.log.Info().Strs("removed", removed).Msg("removed the shared memory of a postmaster that was killed")
+	case busy:
+		a.log.Debug().Msg("the shared memory of the last postmaster is still attached; removed before the next start")
+	}
 }
 
 func (a *Agent) exitError() error {

@@ -273,6 +273,7 @@ func TestAgentLifecycle(t *testing.T) {
 
 	// kill -9 of the postmaster: the agent restarts Postgres from storage.
 	pid := c1.a.PostmasterPID()
+	shm := sharedMemoryOf(t, pid)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +291,11 @@ func TestAgentLifecycle(t *testing.T) {
 	}
 	if n := query(t, c1.url, "SELECT count(*)::text FROM ledger"); n != "1000" {
 		t.Fatalf("after the crash: %s rows", n)
+	}
+	// The new postmaster found the killed one's shared memory by PGDATA's
+	// inode and removed it, dynamic segments included.
+	for _, left := range shm.left() {
+		t.Errorf("the killed postmaster's %s is still there", left)
 	}
 	exec(t, c1.url, "INSERT INTO ledger SELECT g, 'w' || g FROM generate_series(1001, 1500) g")
 	amcheck(t, cfg1)
@@ -425,4 +431,64 @@ func TestNewClusterWALOnFUSE(t *testing.T) {
 		t.Fatalf("second compute: %s", n)
 	}
 	amcheck(t, cfg2)
+}
+
+// postmasterShm is the shared memory a postmaster holds: its System V
+// segment and the dynamic shared memory files it maps.
+type postmasterShm struct {
+	shmids []string
+	files  []string
+}
+
+// sharedMemoryOf reads pid's segments from /proc/sysvipc/shm (by creator)
+// and its mapped /dev/shm/PostgreSQL.* files from /proc/pid/maps.
+func sharedMemoryOf(t *testing.T, pid int) postmasterShm {
+	t.Helper()
+	var s postmasterShm
+	b, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// key shmid perms size cpid ...
+		if f := strings.Fields(line); len(f) > 4 && f[4] == strconv.Itoa(pid) {
+			s.shmids = append(s.shmids, f[1])
+		}
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if i := strings.Index(line, "/dev/shm/PostgreSQL."); i >= 0 && !seen[line[i:]] {
+			seen[line[i:]] = true
+			s.files = append(s.files, line[i:])
+		}
+	}
+	if len(s.shmids) != 1 || len(s.files) == 0 {
+		t.Fatalf("postmaster %d: System V segments %v, dynamic shared memory %v; want one and at least one", pid, s.shmids, s.files)
+	}
+	return s
+}
+
+// left names what of s still exists.
+func (s postmasterShm) left() []string {
+	var out []string
+	b, _ := os.ReadFile("/proc/sysvipc/shm")
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 1 {
+			for _, id := range s.shmids {
+				if f[1] == id {
+					out = append(out, "System V segment "+id)
+				}
+			}
+		}
+	}
+	for _, f := range s.files {
+		if _, err := os.Stat(f); err == nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }

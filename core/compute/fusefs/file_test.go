@@ -418,3 +418,28 @@ func TestAtomicPages(t *testing.T) {
 		t.Fatalf("%d of %d reads saw a torn page", torn, reads)
 	}
 }
+
+// TestRootInode: the mount's root has a nonzero inode number. Postgres keys
+// its System V shared memory on PGDATA's st_ino; 0 is IPC_PRIVATE, with
+// which a postmaster started after a killed one can never find and remove
+// the dead one's segments (see TestAgentLifecycle for the whole path).
+func TestRootInode(t *testing.T) {
+	e := newEnv(t)
+	e.mount(t, NewMemory(), nil)
+	if err := os.Mkdir(filepath.Join(e.mnt, "base"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var root, child syscall.Stat_t
+	if err := syscall.Stat(e.mnt, &root); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(filepath.Join(e.mnt, "base"), &child); err != nil {
+		t.Fatal(err)
+	}
+	if root.Ino != 1 {
+		t.Errorf("the root's inode is %d, want 1", root.Ino)
+	}
+	if child.Ino == 0 || child.Ino == root.Ino {
+		t.Errorf("base's inode is %d (the root's %d)", child.Ino, root.Ino)
+	}
+}

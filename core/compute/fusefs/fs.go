@@ -156,6 +156,13 @@ func Mount(ctx context.Context, mountpoint string, opts Options) (*FS, error) {
 	to := opts.AttrTimeout
 	neg := time.Duration(0)
 	fopts := &fs.Options{
+		// The root's inode number is what Postgres keys its System V
+		// shared memory on (PGSharedMemoryCreate: st_ino of PGDATA). Left
+		// 0 it is IPC_PRIVATE: a postmaster that starts after one was
+		// killed cannot find the dead one's segment, and never removes it
+		// or the dynamic shared memory segments in /dev/shm it names (one
+		// leaked per crash). 1 is FUSE's root node ID.
+		RootStableAttr:  &fs.StableAttr{Ino: fuse.FUSE_ROOT_ID},
 		EntryTimeout:    &to,
 		AttrTimeout:     &to,
 		NegativeTimeout: &neg,
