@@ -2,11 +2,17 @@ package collect
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/stratadb/strata/core/compute/walpos"
+	"github.com/stratadb/strata/sdk/pg"
 )
 
 // WALStats is pg_waldump --stats' total line over a range of WAL.
@@ -28,11 +34,75 @@ func (w WALStats) FPIShare() float64 {
 // the totals. It needs the segments still present (runs shorter than
 // checkpoint_timeout keep them).
 func WALDump(ctx context.Context, binDir, walDir, start, end string) (WALStats, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), "--stats", "-p", walDir, "-s", start, "-e", end).CombinedOutput()
+	args := []string{"--stats", "-p", walDir, "-s", start, "-e", end}
+	// Named, the segment that holds start is where pg_waldump reads the
+	// segment size. Unnamed, it reads it from the first WAL file its
+	// directory listing gives, which can be one that Postgres made ahead of
+	// need and is still zeros ("header specifies 0 bytes").
+	if seg, ok := startSegment(walDir, start); ok {
+		args = append(args, seg)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), args...).CombinedOutput()
 	if err != nil {
 		return WALStats{}, fmt.Errorf("collect: pg_waldump: %w: %s", err, lastLine(string(out)))
 	}
 	return ParseWALDumpStats(string(out))
+}
+
+// startSegment names the file in walDir that holds the WAL at start, on
+// the highest timeline that has one: the segment size comes from the long
+// header of a WAL file that is not zeros.
+func startSegment(walDir, start string) (string, bool) {
+	lsn, err := pg.ParseLSN(start)
+	if err != nil {
+		return "", false
+	}
+	ents, err := os.ReadDir(walDir)
+	if err != nil {
+		return "", false
+	}
+	var segSize uint64
+	for _, e := range ents {
+		if segSize = walSegSize(filepath.Join(walDir, e.Name())); segSize != 0 {
+			break
+		}
+	}
+	if segSize == 0 {
+		return "", false
+	}
+	best, bestTLI := "", pg.PGTimeline(0)
+	for _, e := range ents {
+		n, err := walpos.ParseSegmentName(e.Name(), segSize)
+		if err != nil || n.SegNo != lsn.Segment(segSize) || n.Timeline < bestTLI {
+			continue
+		}
+		if walSegSize(filepath.Join(walDir, e.Name())) == segSize {
+			best, bestTLI = e.Name(), n.Timeline
+		}
+	}
+	return best, best != ""
+}
+
+// walSegSize reads the segment size from the long page header that opens
+// a WAL segment file (xlp_magic at 0, xlp_seg_size at 32), or 0 when the
+// file does not open with one (zeros, not WAL, unreadable).
+func walSegSize(path string) uint64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var h [40]byte
+	if _, err := io.ReadFull(f, h[:]); err != nil {
+		return 0
+	}
+	const longHeader = 0x0002 // XLP_LONG_HEADER in xlp_info
+	magic, info := binary.LittleEndian.Uint16(h[0:]), binary.LittleEndian.Uint16(h[2:])
+	size := uint64(binary.LittleEndian.Uint32(h[32:]))
+	if magic == 0 || info&longHeader == 0 || size < 1<<20 || size > 1<<30 || size&(size-1) != 0 {
+		return 0
+	}
+	return size
 }
 
 // ParseWALDumpStats reads the "Total" line of pg_waldump --stats output:
