@@ -38,28 +38,32 @@ func WALDump(ctx context.Context, binDir, walDir, start, end string) (WALStats, 
 	// Named, the segment that holds start is where pg_waldump reads the
 	// segment size. Unnamed, it reads it from the first WAL file its
 	// directory listing gives, which can be one that Postgres made ahead of
-	// need and is still zeros ("header specifies 0 bytes").
-	if seg, ok := startSegment(walDir, start); ok {
-		args = append(args, seg)
+	// need and is still zeros ("header specifies 0 bytes"). Given a first
+	// segment it wants the last one too, or stops at the first's end.
+	if first, last, ok := rangeSegments(walDir, start, end); ok {
+		args = append(args, first, last)
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), args...).CombinedOutput()
 	if err != nil {
-		return WALStats{}, fmt.Errorf("collect: pg_waldump: %w: %s", err, lastLine(string(out)))
+		return WALStats{}, fmt.Errorf("collect: pg_waldump %s: %w: %s", strings.Join(args, " "), err, errorLine(string(out)))
 	}
 	return ParseWALDumpStats(string(out))
 }
 
-// startSegment names the file in walDir that holds the WAL at start, on
-// the highest timeline that has one: the segment size comes from the long
+// rangeSegments names the file in walDir that holds the WAL at start, on
+// the highest timeline that has one, and the segment on that timeline that
+// holds the last byte before end: the segment size comes from the long
 // header of a WAL file that is not zeros.
-func startSegment(walDir, start string) (string, bool) {
-	lsn, err := pg.ParseLSN(start)
-	if err != nil {
-		return "", false
+func rangeSegments(walDir, start, end string) (first, last string, ok bool) {
+	var tli pg.PGTimeline
+	from, err1 := pg.ParseLSN(start)
+	to, err2 := pg.ParseLSN(end)
+	if err1 != nil || err2 != nil || to <= from {
+		return "", "", false
 	}
 	ents, err := os.ReadDir(walDir)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	var segSize uint64
 	for _, e := range ents {
@@ -68,19 +72,21 @@ func startSegment(walDir, start string) (string, bool) {
 		}
 	}
 	if segSize == 0 {
-		return "", false
+		return "", "", false
 	}
-	best, bestTLI := "", pg.PGTimeline(0)
 	for _, e := range ents {
 		n, err := walpos.ParseSegmentName(e.Name(), segSize)
-		if err != nil || n.SegNo != lsn.Segment(segSize) || n.Timeline < bestTLI {
+		if err != nil || n.SegNo != from.Segment(segSize) || first != "" && n.Timeline < tli {
 			continue
 		}
 		if walSegSize(filepath.Join(walDir, e.Name())) == segSize {
-			best, bestTLI = e.Name(), n.Timeline
+			first, tli = e.Name(), n.Timeline
 		}
 	}
-	return best, best != ""
+	if first == "" {
+		return "", "", false
+	}
+	return first, walpos.FormatSegmentName(tli, (to - 1).Segment(segSize), segSize), true
 }
 
 // walSegSize reads the segment size from the long page header that opens
@@ -130,6 +136,17 @@ func ParseWALDumpStats(out string) (WALStats, error) {
 		return WALStats{Records: nums[0], RecordBytes: nums[1], FPIBytes: nums[2], TotalBytes: nums[3]}, nil
 	}
 	return WALStats{}, fmt.Errorf("collect: no Total line in pg_waldump output: %s", lastLine(out))
+}
+
+// errorLine is pg_waldump's "error:" line (its last line is a hint), or
+// its last line.
+func errorLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "error: ") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return lastLine(s)
 }
 
 func lastLine(s string) string {
