@@ -13,7 +13,6 @@ import (
 
 	"github.com/stratadb/strata/internal/pgshm"
 	"github.com/stratadb/strata/internal/pgtest"
-	"github.com/stratadb/strata/internal/procfs"
 )
 
 // TestReleaseAfterKill9: a real Postgres 15 and its backends are killed
@@ -62,7 +61,7 @@ func TestReleaseAfterKill9(t *testing.T) {
 	// dead postmaster left: none of them detaches from the query's segment
 	// (a backend that exits on its own removes what it was last to hold).
 	// (Not s.Kill9, which releases the segment itself; see the end.)
-	for _, c := range append(children(t, pid), pid) {
+	for _, c := range append(pgtest.Children(pid), pid) {
 		if err := syscall.Kill(c, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
 			t.Fatal(err)
 		}
@@ -171,24 +170,6 @@ func dsmFiles(t *testing.T) map[string]bool {
 		}
 	}
 	return m
-}
-
-// children lists the processes whose parent is pid.
-func children(t *testing.T, pid int) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range ents {
-		if c, err := strconv.Atoi(e.Name()); err == nil {
-			if st, err := procfs.ReadStat(c); err == nil && st.PPID == pid {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 func contains(xs []string, x string) bool {

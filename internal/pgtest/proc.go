@@ -114,7 +114,7 @@ func (p *Proc) Crash() {
 	if p.cmd == nil {
 		return
 	}
-	kids := children(p.cmd.Process.Pid)
+	kids := Children(p.cmd.Process.Pid)
 	seg, _ := pgshm.Of(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Kill()
 	for _, k := range kids {
@@ -125,8 +125,8 @@ func (p *Proc) Crash() {
 	p.cmd = nil
 }
 
-// children returns the PIDs whose parent is pid.
-func children(pid int) []int {
+// Children returns the PIDs whose parent is pid.
+func Children(pid int) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
