@@ -72,8 +72,8 @@ go vet ./...
 # session of its own (setsid), and where the kernel schedules each session
 # as a group (autogroup) a group gets its share of the CPUs by the
 # session's own nice, whatever the nice of its processes, so that is set
-# to 5 too: about a quarter of the CPUs until it is done (two to four
-# minutes). Not lower: Go's fuzz worker panics when one input takes 10 s of
+# to 5 too: about a quarter of the CPUs until it is done (six minutes in
+# a CI run). Not lower: Go's fuzz worker panics when one input takes 10 s of
 # wall time, and at nice 19 a CPU-bound test run starved it that long (a
 # CI run failed "fuzzing process hung or terminated unexpectedly" on an
 # input that passes in microseconds). It costs the same CPU at any nice;
