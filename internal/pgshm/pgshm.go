@@ -151,6 +151,13 @@ func sysvSegmentOf(pid int) (id int, ok bool, err error) {
 	return id, ok, err
 }
 
+// Exists reports whether the segment is still there and still the
+// postmaster's (created by its PID).
+func (s Segment) Exists() (bool, error) {
+	cpid, _, ok, err := sysvSegment(s.ShmID)
+	return ok && cpid == s.PID, err
+}
+
 // sysvSegment reports a segment's creator and how many processes are
 // attached to it; ok is false when it does not exist.
 func sysvSegment(id int) (cpid, nattch int, ok bool, err error) {

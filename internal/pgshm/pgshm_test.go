@@ -104,8 +104,8 @@ func TestReleaseAfterKill9(t *testing.T) {
 			}
 		}
 	}
-	if _, _, ok := segmentExists(t, seg.ShmID); ok {
-		t.Errorf("System V segment %d is still there", seg.ShmID)
+	if ok, err := seg.Exists(); ok || err != nil {
+		t.Errorf("System V segment %d is still there (%v)", seg.ShmID, err)
 	}
 	// A second Release finds nothing left.
 	if removed, busy, err := seg.Release(); err != nil || busy || len(removed) != 0 {
@@ -127,33 +127,8 @@ func TestReleaseAfterKill9(t *testing.T) {
 	if removed, busy, err := seg2.Release(); err != nil || busy || len(removed) != 0 {
 		t.Errorf("after pgtest's Kill9: removed %v, busy %v, %v; want nothing left", removed, busy, err)
 	}
-	if _, _, ok := segmentExists(t, seg2.ShmID); ok {
-		t.Errorf("after pgtest's Kill9: System V segment %d is still there", seg2.ShmID)
-	}
-}
-
-// segmentExists reads /proc/sysvipc/shm for the segment id.
-func segmentExists(t *testing.T, id int) (cpid, nattch int, ok bool) {
-	t.Helper()
-	b, err := os.ReadFile("/proc/sysvipc/shm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(l); len(f) > 6 && f[1] == strconv.Itoa(id) {
-			cpid, _ = strconv.Atoi(f[4])
-			nattch, _ = strconv.Atoi(f[6])
-			return cpid, nattch, true
-		}
-	}
-	return 0, 0, false
-}
-
-// TestOfUnknown: a process that holds no segment is an error, not a zero
-// Segment.
-func TestOfUnknown(t *testing.T) {
-	if _, err := pgshm.Of(os.Getpid()); err == nil {
-		t.Fatal("Of(the test's own PID) found a segment")
+	if ok, err := seg2.Exists(); ok || err != nil {
+		t.Errorf("after pgtest's Kill9: System V segment %d is still there (%v)", seg2.ShmID, err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/stratadb/strata/core/compute/psbackend"
 	"github.com/stratadb/strata/core/pageserver"
 	"github.com/stratadb/strata/core/safekeeper"
+	"github.com/stratadb/strata/internal/pgshm"
 	"github.com/stratadb/strata/internal/pgtest"
 	"github.com/stratadb/strata/internal/pstest"
 	"github.com/stratadb/strata/plugins/cache/lfc"
@@ -436,25 +437,19 @@ func TestNewClusterWALOnFUSE(t *testing.T) {
 // postmasterShm is the shared memory a postmaster holds: its System V
 // segment and the dynamic shared memory files it maps.
 type postmasterShm struct {
-	shmids []string
-	files  []string
+	seg   pgshm.Segment
+	files []string
 }
 
-// sharedMemoryOf reads pid's segments from /proc/sysvipc/shm (by creator)
-// and its mapped /dev/shm/PostgreSQL.* files from /proc/pid/maps.
+// sharedMemoryOf finds pid's System V segment (pgshm.Of) and its mapped
+// /dev/shm/PostgreSQL.* files from /proc/pid/maps.
 func sharedMemoryOf(t *testing.T, pid int) postmasterShm {
 	t.Helper()
-	var s postmasterShm
-	b, err := os.ReadFile("/proc/sysvipc/shm")
+	seg, err := pgshm.Of(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// key shmid perms size cpid ...
-		if f := strings.Fields(line); len(f) > 4 && f[4] == strconv.Itoa(pid) {
-			s.shmids = append(s.shmids, f[1])
-		}
-	}
+	s := postmasterShm{seg: seg}
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -466,8 +461,8 @@ func sharedMemoryOf(t *testing.T, pid int) postmasterShm {
 			s.files = append(s.files, line[i:])
 		}
 	}
-	if len(s.shmids) != 1 || len(s.files) == 0 {
-		t.Fatalf("postmaster %d: System V segments %v, dynamic shared memory %v; want one and at least one", pid, s.shmids, s.files)
+	if len(s.files) == 0 {
+		t.Fatalf("postmaster %d maps no dynamic shared memory", pid)
 	}
 	return s
 }
@@ -475,15 +470,8 @@ func sharedMemoryOf(t *testing.T, pid int) postmasterShm {
 // left names what of s still exists.
 func (s postmasterShm) left() []string {
 	var out []string
-	b, _ := os.ReadFile("/proc/sysvipc/shm")
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 1 {
-			for _, id := range s.shmids {
-				if f[1] == id {
-					out = append(out, "System V segment "+id)
-				}
-			}
-		}
+	if ok, err := s.seg.Exists(); ok || err != nil {
+		out = append(out, fmt.Sprintf("System V segment %d (%v)", s.seg.ShmID, err))
 	}
 	for _, f := range s.files {
 		if _, err := os.Stat(f); err == nil {
